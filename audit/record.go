@@ -1,0 +1,132 @@
+package audit
+
+import "github.com/moat-sandbox/moat/boundary"
+
+// Record types. Every payload carries the common header (v, run, seq, prev,
+// time, type) written by the Writer; the structs below are the type-specific
+// fields that follow it.
+const (
+	TypeRunStarted         = "run.started"
+	TypeBoundaryConfirmed  = "boundary.confirmed"
+	TypeInferenceRequested = "inference.requested"
+	TypeInferenceCompleted = "inference.completed"
+	TypeInferenceRefused   = "inference.refused"
+	TypeInferenceFailed    = "inference.failed"
+	TypeProcessStarted     = "process.started"
+	TypeProcessExited      = "process.exited"
+	TypeRunTerminated      = "run.terminated"
+)
+
+// Record is one typed journal record.
+type Record interface {
+	RecordType() string
+}
+
+// RunStarted is the first record of every journal.
+type RunStarted struct {
+	PolicySHA256 string `json:"policy_sha256"`
+	Backend      string `json:"backend"`
+	BinarySHA256 string `json:"binary_sha256"`
+	PublicKey    string `json:"public_key"` // PEM of the run's Ed25519 public key
+}
+
+// BoundaryConfirmed carries the measured properties; it directly follows
+// run.started.
+type BoundaryConfirmed struct {
+	Ready      bool                `json:"ready"`
+	Properties boundary.Properties `json:"properties"`
+	Reason     string              `json:"reason,omitempty"` // why not ready
+}
+
+// Attribution identifies the process that made a broker connection, or says
+// why it cannot.
+type Attribution = boundary.Attribution
+
+// InferenceRequested is the pre-effect record: durable before the request
+// leaves. The same line travels in the Moat-Pre-Effect header.
+type InferenceRequested struct {
+	RequestID      string      `json:"request_id"`
+	Provider       string      `json:"provider"`
+	API            string      `json:"api"`
+	Endpoint       string      `json:"endpoint"`
+	Model          string      `json:"model"`
+	BodySHA256     string      `json:"body_sha256"`
+	ReservedTokens int         `json:"reserved_tokens"`
+	Stream         bool        `json:"stream"`
+	Attribution    Attribution `json:"attribution"`
+}
+
+// Usage is token usage as the provider reported it.
+type Usage struct {
+	InputTokens  int `json:"input_tokens"`
+	OutputTokens int `json:"output_tokens"`
+}
+
+// InferenceCompleted records a provider response passed to the worker.
+type InferenceCompleted struct {
+	RequestID      string `json:"request_id"`
+	Status         int    `json:"status"`
+	ResponseSHA256 string `json:"response_sha256"`
+	ResponseBytes  int64  `json:"response_bytes"`
+	Usage          Usage  `json:"usage"`
+}
+
+// InferenceRefused records a request the broker refused. It never reached a
+// provider.
+type InferenceRefused struct {
+	RequestID   string      `json:"request_id"`
+	Reason      string      `json:"reason"` // a reason code, e.g. "model_not_allowed"
+	Detail      string      `json:"detail"` // the message the worker was given
+	Provider    string      `json:"provider,omitempty"`
+	Endpoint    string      `json:"endpoint,omitempty"`
+	Attribution Attribution `json:"attribution"`
+}
+
+// InferenceFailed records a request that was sent (or about to be) and then
+// failed: upstream error, withheld response, cancelled run.
+type InferenceFailed struct {
+	RequestID string `json:"request_id"`
+	Reason    string `json:"reason"`
+	Detail    string `json:"detail"`
+}
+
+// ProcessStarted records a process started inside the sandbox.
+type ProcessStarted struct {
+	ProcessID  string   `json:"process_id"`
+	Argv       []string `json:"argv"`
+	HostPID    int      `json:"host_pid"`
+	Executable string   `json:"executable,omitempty"`
+	SHA256     string   `json:"sha256,omitempty"`
+}
+
+// ProcessExited records a process's end.
+type ProcessExited struct {
+	ProcessID string `json:"process_id"`
+	ExitCode  int    `json:"exit_code"`
+}
+
+// RunTerminated is the terminal record.
+type RunTerminated struct {
+	Reason   string `json:"reason"` // "completed" | "failed" | "refused" | "cancelled" | …
+	ExitCode int    `json:"exit_code"`
+	Counts   Counts `json:"counts"`
+}
+
+// Counts summarize a run in its terminal record.
+type Counts struct {
+	Requested int `json:"requested"`
+	Completed int `json:"completed"`
+	Refused   int `json:"refused"`
+	Failed    int `json:"failed"`
+	Processes int `json:"processes"`
+}
+
+func (RunStarted) RecordType() string         { return TypeRunStarted }
+func (BoundaryConfirmed) RecordType() string  { return TypeBoundaryConfirmed }
+func (InferenceRequested) RecordType() string { return TypeInferenceRequested }
+func (InferenceCompleted) RecordType() string { return TypeInferenceCompleted }
+func (InferenceRefused) RecordType() string   { return TypeInferenceRefused }
+func (InferenceFailed) RecordType() string    { return TypeInferenceFailed }
+func (ProcessStarted) RecordType() string     { return TypeProcessStarted }
+func (ProcessExited) RecordType() string      { return TypeProcessExited }
+func (RunTerminated) RecordType() string      { return TypeRunTerminated }

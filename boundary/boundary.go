@@ -1,0 +1,275 @@
+// Package boundary is the contract between moat and a sandbox backend.
+//
+// A backend (native namespaces+Landlock+seccomp, gVisor, …) prepares a
+// sandbox, lets moat run the shared measurement inside it, then starts the
+// workload. Readiness is decided here, from measured properties only: a
+// backend's Mechanism strings are recorded for audit and never authorize.
+package boundary
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sort"
+	"sync"
+
+	"github.com/moat-sandbox/moat/policy"
+)
+
+// EnforcedProperty is a security property established before untrusted code runs.
+type EnforcedProperty struct {
+	Enforced  bool   `json:"enforced"`  // measured by attempting a violation, never configured
+	Mechanism string `json:"mechanism"` // diagnostic and audit only; never authorizes
+	Detail    string `json:"detail,omitempty"`
+	// Unavailable is set when the backend declares the property cannot be
+	// provided at all (request attribution on an endpoint-only backend).
+	// It is never treated as enforced.
+	Unavailable bool `json:"unavailable,omitempty"`
+}
+
+// Properties are the four properties every backend must establish.
+type Properties struct {
+	FilesystemConfinement EnforcedProperty `json:"filesystem_confinement"`
+	EgressInterception    EnforcedProperty `json:"egress_interception"`
+	RequestAttribution    EnforcedProperty `json:"request_attribution"`
+	PrivilegeFloor        EnforcedProperty `json:"privilege_floor"`
+}
+
+// Named returns the properties with their wire names, in a fixed order.
+func (p *Properties) Named() []NamedProperty {
+	return []NamedProperty{
+		{"filesystem_confinement", &p.FilesystemConfinement},
+		{"egress_interception", &p.EgressInterception},
+		{"request_attribution", &p.RequestAttribution},
+		{"privilege_floor", &p.PrivilegeFloor},
+	}
+}
+
+// NamedProperty pairs a property with its wire name.
+type NamedProperty struct {
+	Name string
+	*EnforcedProperty
+}
+
+// Requirements say which properties a run needs. Filesystem, egress and
+// privilege are always required; attribution is required only when the
+// policy says so (otherwise an unavailable attribution is recorded).
+type Requirements struct {
+	RequireAttribution bool
+}
+
+// NotReadyError names the property that kept a sandbox from Ready.
+type NotReadyError struct {
+	Property string
+	Detail   string
+}
+
+func (e *NotReadyError) Error() string {
+	if e.Detail == "" {
+		return fmt.Sprintf("boundary not ready: property %s is not enforced", e.Property)
+	}
+	return fmt.Sprintf("boundary not ready: property %s is not enforced: %s", e.Property, e.Detail)
+}
+
+// Ready decides readiness from measured properties only. It returns nil when
+// every required property is enforced, or a *NotReadyError naming the first
+// one that is not. Mechanism strings play no part.
+func Ready(p Properties, req Requirements) error {
+	for _, np := range p.Named() {
+		if np.Enforced && !np.Unavailable {
+			continue
+		}
+		if np.Name == "request_attribution" && np.Unavailable && !req.RequireAttribution {
+			continue
+		}
+		d := np.Detail
+		if np.Unavailable {
+			d = "declared unavailable by the backend (endpoint-only)"
+			if np.Detail != "" {
+				d += ": " + np.Detail
+			}
+		}
+		return &NotReadyError{Property: np.Name, Detail: d}
+	}
+	return nil
+}
+
+// Phase is a sandbox's lifecycle phase. The zero value is invalid.
+type Phase string
+
+const (
+	PhaseInvalid      Phase = ""
+	PhaseProvisioning Phase = "Provisioning"
+	PhaseConfirming   Phase = "Confirming"
+	PhaseReady        Phase = "Ready"
+	PhaseRunning      Phase = "Running"
+	PhaseCompleted    Phase = "Completed"
+	PhaseError        Phase = "Error"
+	PhaseDeleting     Phase = "Deleting"
+)
+
+// ErrUnsupported is returned by backends on platforms they cannot run on.
+var ErrUnsupported = errors.New("backend not supported on this platform")
+
+// Process describes one command to start inside a prepared sandbox.
+type Process struct {
+	Argv   []string
+	Env    []string // full environment; nothing is inherited
+	Dir    string   // working directory inside the sandbox
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	// TTY, when non-nil, is the terminal given to the process as stdio.
+	TTY *os.File
+}
+
+// Sandbox is a prepared sandbox, owned by its supervisor. A backend never
+// confirms itself: moat runs the shared measurement (boundary/measure)
+// through StartHelper and decides readiness from what it observes.
+type Sandbox interface {
+	// Start starts a process under the sandbox's full confinement. It may
+	// be called more than once (sandbox exec).
+	Start(ctx context.Context, p Process) (Running, error)
+	// StartHelper runs moat's own binary with args inside the sandbox,
+	// under exactly the confinement that Start applies (used for the
+	// measurement). Its stdout goes to p.Stdout.
+	StartHelper(ctx context.Context, args []string, p Process) (Running, error)
+	// Listener returns the broker's listener, created inside the sandbox's
+	// network namespace, and its port there.
+	Listener() (ListenerInfo, error)
+	// Attributor resolves a broker connection to the process that made it.
+	Attributor() Attributor
+	// Mechanisms names what the backend says enforces each property. Free
+	// text for audit; it never authorizes anything.
+	Mechanisms() Mechanisms
+	// HostPID is the host pid that an outside observer should watch (the
+	// sandbox init; under gVisor the runsc sandbox process).
+	HostPID() int
+	// Limits reports which resource limits are really enforced.
+	Limits() LimitsStatus
+	// Terminate kills every process of the sandbox and releases mounts,
+	// temporary directories and namespaces. It is idempotent.
+	Terminate() error
+}
+
+// Mechanisms are a backend's declared mechanisms, per property.
+type Mechanisms struct {
+	FilesystemConfinement string
+	EgressInterception    string
+	RequestAttribution    string
+	PrivilegeFloor        string
+	// AttributionUnavailable, when non-empty, declares that the backend can
+	// only attribute requests by endpoint, and why.
+	AttributionUnavailable string
+}
+
+// LimitsStatus says which resource limits hold, and why not where not.
+type LimitsStatus struct {
+	Memory    bool   `json:"memory"`
+	Pids      bool   `json:"pids"`
+	OpenFiles bool   `json:"open_files"`
+	Detail    string `json:"detail,omitempty"`
+}
+
+// Attribution identifies the process behind a broker connection, or says
+// why it cannot.
+type Attribution struct {
+	Status     string `json:"status"` // "resolved" | "unavailable"
+	PID        int    `json:"pid,omitempty"`
+	Executable string `json:"executable,omitempty"`
+	SHA256     string `json:"sha256,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+}
+
+// Attributor resolves accepted broker connections to processes.
+type Attributor interface {
+	// Attribute looks up the process that owns the peer end of conn (a
+	// connection accepted on the sandbox's broker listener).
+	Attribute(conn net.Conn) Attribution
+}
+
+// ListenerInfo is the broker's listening socket inside the sandbox.
+type ListenerInfo struct {
+	File *os.File // a listening TCP socket, already bound and listening
+	Port int
+}
+
+// Running is a started process.
+type Running interface {
+	HostPID() int
+	// Wait returns the process's exit code (128+signal when killed).
+	Wait() (int, error)
+	Signal(sig os.Signal) error
+}
+
+// Backend creates sandboxes.
+type Backend interface {
+	Name() string
+	// Prepare builds a sandbox from a spec; nothing untrusted runs yet.
+	Prepare(ctx context.Context, spec Spec) (Sandbox, error)
+}
+
+var (
+	regMu    sync.Mutex
+	registry = map[string]Backend{}
+)
+
+// Register adds a backend. Registering a name twice panics (a BUG).
+func Register(b Backend) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	if _, dup := registry[b.Name()]; dup {
+		panic("BUG: backend registered twice: " + b.Name())
+	}
+	registry[b.Name()] = b
+}
+
+// UnknownBackendError is returned by Lookup for a name that is not registered.
+type UnknownBackendError struct {
+	Name  string
+	Known []string
+}
+
+func (e *UnknownBackendError) Error() string {
+	return fmt.Sprintf("unknown backend %q (known: %v)", e.Name, e.Known)
+}
+
+// Lookup resolves a backend by name. It never falls back to another backend.
+func Lookup(name string) (Backend, error) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	if b, ok := registry[name]; ok {
+		return b, nil
+	}
+	return nil, &UnknownBackendError{Name: name, Known: namesLocked()}
+}
+
+// Names lists registered backends, sorted.
+func Names() []string {
+	regMu.Lock()
+	defer regMu.Unlock()
+	return namesLocked()
+}
+
+func namesLocked() []string {
+	var n []string
+	for k := range registry {
+		n = append(n, k)
+	}
+	sort.Strings(n)
+	return n
+}
+
+// Spec is what a backend needs to prepare a sandbox. The policy has been
+// loaded and validated; its paths are absolute.
+type Spec struct {
+	RunID  string
+	Policy *policy.Policy
+	// StateDir is a private 0700 directory outside every grant that the
+	// backend may use for staging (bundles, mount points); the backend
+	// removes what it creates there on Terminate.
+	StateDir string
+}

@@ -1,0 +1,98 @@
+// Package cli holds moat's cobra commands. Each command lives in its own
+// file, registers itself with addCommand, and only wires flags to the
+// packages that do the work.
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/moat-sandbox/moat/internal/reexec"
+)
+
+// Exit codes, as docker run / podman run use them.
+const (
+	ExitRefused    = 125 // moat itself refused or failed
+	ExitCannotExec = 126
+	ExitNotFound   = 127
+	ExitIncomplete = 2 // verifiers: valid but incomplete
+	ExitInvalid    = 1 // verifiers: invalid
+	exitUsage      = 125
+)
+
+// ExitError carries an exit code out of a command. Its message, if any, has
+// already been printed or is printed by Main.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// exitf returns an ExitError whose message Main prints as "moat: …".
+func exitf(code int, format string, a ...any) error {
+	return &ExitError{Code: code, Err: fmt.Errorf(format, a...)}
+}
+
+// exitCode returns an ExitError that prints nothing more.
+func exitCode(code int) error { return &ExitError{Code: code} }
+
+var commands []func() *cobra.Command
+
+// addCommand registers a top-level command constructor; called from init
+// functions in this package, one file per command.
+func addCommand(f func() *cobra.Command) { commands = append(commands, f) }
+
+// NewRoot builds the root command.
+func NewRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "moat",
+		Short: "Run untrusted AI agents with one controlled way out, and signed evidence",
+		Long: `moat runs an untrusted AI agent on Linux in a sandbox whose only way out is
+moat's inference broker, and records every model request in a signed,
+hash-chained journal before the request leaves.`,
+		Example: `  moat demo
+  moat run --policy examples/minimal.yaml -- sh -c 'id -u'
+  moat audit verify .moat/runs/<run>/journal.jsonl --pubkey .moat/runs/<run>/pubkey.pem`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	for _, f := range commands {
+		root.AddCommand(f())
+	}
+	return root
+}
+
+// Main runs moat with args (without the program name) and returns the exit code.
+func Main(args []string) int {
+	if code, ok := reexec.Dispatch(args); ok {
+		return code
+	}
+	root := NewRoot()
+	root.SetArgs(args)
+	err := root.Execute()
+	if err == nil {
+		return 0
+	}
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		if ee.Err != nil {
+			fmt.Fprintf(os.Stderr, "moat: %v\n", ee.Err)
+		}
+		return ee.Code
+	}
+	// Flag and argument errors from cobra.
+	fmt.Fprintf(os.Stderr, "moat: %v\n", err)
+	return exitUsage
+}

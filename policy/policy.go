@@ -1,0 +1,79 @@
+// Package policy defines moat's policy file: its types, strict YAML
+// loading, validation with key paths in every error, and safe defaults.
+package policy
+
+// Policy is a loaded, validated policy. After Load every path is absolute
+// and cleaned, and every field holds its effective value.
+type Policy struct {
+	Version    int        `yaml:"version" json:"version"`
+	Backend    string     `yaml:"backend" json:"backend"`
+	Landlock   Landlock   `yaml:"landlock" json:"landlock"`
+	Filesystem Filesystem `yaml:"filesystem" json:"filesystem"`
+	Process    Process    `yaml:"process" json:"process"`
+	Inference  Inference  `yaml:"inference" json:"inference"`
+	Audit      Audit      `yaml:"audit" json:"audit"`
+
+	// Source is the absolute path of the file the policy was loaded from
+	// ("" for the built-in default). Not part of the YAML.
+	Source string `yaml:"-" json:"-"`
+}
+
+// Landlock configures the native backend's Landlock ruleset.
+type Landlock struct {
+	// ABIFloor is the lowest Landlock ABI moat accepts; below it moat
+	// refuses to start. Default 6.
+	ABIFloor int `yaml:"abi_floor" json:"abi_floor"`
+}
+
+// Filesystem lists the host paths the sandbox may see.
+type Filesystem struct {
+	ReadOnly  []string `yaml:"read_only" json:"read_only"`
+	ReadWrite []string `yaml:"read_write" json:"read_write"`
+	// TmpSize is the size of the private tmpfs at /tmp, in bytes.
+	TmpSize Size `yaml:"tmp_size" json:"tmp_size"`
+}
+
+// Process configures the workload's identity, environment and limits.
+type Process struct {
+	UID     int               `yaml:"uid" json:"uid"`
+	GID     int               `yaml:"gid" json:"gid"`
+	HostUID int               `yaml:"host_uid" json:"host_uid"`
+	HostGID int               `yaml:"host_gid" json:"host_gid"`
+	Env     map[string]string `yaml:"env" json:"env"`
+	Workdir string            `yaml:"workdir" json:"workdir"`
+	Limits  Limits            `yaml:"limits" json:"limits"`
+}
+
+// Limits are resource limits for the whole sandbox.
+type Limits struct {
+	Memory    Size `yaml:"memory" json:"memory"`
+	Pids      int  `yaml:"pids" json:"pids"`
+	OpenFiles int  `yaml:"open_files" json:"open_files"`
+}
+
+// Inference configures the broker.
+type Inference struct {
+	MaxRequests        int        `yaml:"max_requests" json:"max_requests"`
+	RequireAttribution bool       `yaml:"require_attribution" json:"require_attribution"`
+	MaxOutputTokens    int        `yaml:"max_output_tokens" json:"max_output_tokens"`
+	Providers          []Provider `yaml:"providers" json:"providers"`
+}
+
+// Provider is one upstream model API.
+type Provider struct {
+	Name          string   `yaml:"name" json:"name"`
+	API           string   `yaml:"api" json:"api"` // anthropic-messages | openai-chat | openai-responses
+	BaseURL       string   `yaml:"base_url" json:"base_url"`
+	CredentialEnv string   `yaml:"credential_env" json:"credential_env"`
+	Models        []string `yaml:"models" json:"models"`
+	CAFile        string   `yaml:"ca_file,omitempty" json:"ca_file,omitempty"`
+}
+
+// Audit configures where journals go.
+type Audit struct {
+	Dir string `yaml:"dir" json:"dir"`
+}
+
+// Size is a byte count written as an integer or with a binary suffix
+// (Ki, Mi, Gi).
+type Size int64
