@@ -44,8 +44,13 @@ func exitf(code int, format string, a ...any) error {
 	return &ExitError{Code: code, Err: fmt.Errorf(format, a...)}
 }
 
-// exitCode returns an ExitError that prints nothing more.
-func exitCode(code int) error { return &ExitError{Code: code} }
+// exitCode returns an ExitError that prints nothing more, or nil for 0.
+func exitCode(code int) error {
+	if code == 0 {
+		return nil
+	}
+	return &ExitError{Code: code}
+}
 
 var commands []func() *cobra.Command
 
