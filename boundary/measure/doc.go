@@ -1,0 +1,74 @@
+// Package measure confirms a sandbox's security properties by measurement,
+// for every backend alike.
+//
+// moat never takes a backend's word for a property. Confirm runs moat's own
+// binary inside the final sandbox, through Sandbox.StartHelper (so under
+// exactly the confinement the workload gets), as the hidden helper
+// "__moat-measure". The helper attempts each violation next to the allowed
+// action that matches it, and reports what happened; the host side adds
+// what it observed itself (the helper's broker connection, and who the
+// attributor says made it), then decides each property:
+//
+//	Enforced = every violation for the property failed
+//	       AND every positive control for it succeeded
+//	       AND there is at least one control.
+//
+// A check whose outcome could not be determined counts against its
+// property, and so does a check that is missing from the helper's report.
+// A missing, oversized or garbled report therefore means not enforced,
+// never enforced. Mechanism strings come from Sandbox.Mechanisms and are
+// recorded for audit; they play no part in the decision.
+//
+// # Wire format
+//
+// The host builds a plan, a list of probes, from Config (host secrets are
+// expanded on the host, where their contents can be listed). The plan goes
+// to the helper as one argv element, JSON:
+//
+//	{"v":1,"nonce":"<hex>","probes":[{"id":"fs/read-secret:/etc/shadow","op":"read","path":"/etc/shadow"},…]}
+//
+// The helper writes one JSON object to stdout and nothing else:
+//
+//	{"v":1,"results":[{"id":"fs/read-secret:/etc/shadow","outcome":"failed","detail":"open: permission denied"},…]}
+//
+// outcome is "succeeded" (the attempted action worked), "failed" (it did
+// not) or "error" (the helper could not find out). Each probe is answered
+// exactly once; unknown members, unknown or duplicate ids, and trailing
+// data make the whole report invalid. Whether an outcome is good depends
+// on the check's kind, which only the host knows: the helper cannot turn a
+// violation into a control.
+//
+// The helper never sends a packet to anything but 127.0.0.0/8 and ::1: the
+// DNS check queries only loopback nameservers, and the absence of a route
+// out is read from the routing table, not tried.
+//
+// # Checks
+//
+// filesystem_confinement: each host secret (a file, or for a directory that
+// holds a grant, the entries beside the grant) cannot be read; a new file
+// cannot be created in the parent of each grant nor in "/"; a read-only
+// grant cannot be written. Controls: each read-write grant takes a new
+// file (created and removed), each read-only grant can be read.
+//
+// egress_interception: TCP to loopback ports other than the broker's (a
+// fixed list, the broker's neighbours and Config.ExtraTCPPorts) fails on
+// 127.0.0.1 and ::1; a DNS query over UDP to 127.0.0.1:53, ::1:53, each
+// loopback nameserver of /etc/resolv.conf and Config.ExtraUDPPorts gets no
+// answer; no interface but loopback exists; no route leaves through
+// another interface and there is no default route. Controls: the helper
+// reaches the broker port and gets the host's answer, and the host sees
+// that connection carry this run's nonce.
+//
+// privilege_floor: no_new_privs is set (prctl), the effective, permitted,
+// inheritable (capget) and ambient sets are empty, the bounding set is
+// empty or unusable, real/effective/saved uid and gid are not 0, a new user
+// namespace can be made neither by unshare nor by clone, and a setuid file
+// named in Config.SetuidProbes does not change the euid. Control: the
+// helper can fork and execute itself.
+//
+// request_attribution: the helper's broker connection is attributed by the
+// sandbox's Attributor to the helper's host pid and to the sha256 of the
+// moat binary. A backend that declares attribution unavailable gets the
+// property marked Unavailable with its reason (the check is still run and
+// recorded).
+package measure

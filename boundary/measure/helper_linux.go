@@ -1,0 +1,115 @@
+package measure
+
+import (
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/go-json-experiment/json"
+	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/internal/reexec"
+)
+
+func init() { reexec.Register(HelperName, Main) }
+
+// Helper sub-modes, used by the helper on itself.
+const (
+	argNoop    = "--noop" // print noopMarker, exit 0: the exec control
+	argIDs     = "--ids"  // print "ruid euid suid": the setuid probe
+	noopMarker = "moat-measure-noop\n"
+)
+
+// probeWorkers bounds how many probes run at once.
+const probeWorkers = 8
+
+// Main is the in-sandbox side of the measurement (reexec helper
+// "__moat-measure"). args[0] is the JSON plan; the report goes to stdout,
+// diagnostics to stderr. It exits 0 with a report, or 125 without one.
+func Main(args []string) int {
+	if len(args) != 1 {
+		fmt.Fprintf(os.Stderr, "moat: %s: want exactly one argument (the plan), got %d\n", HelperName, len(args))
+		return 125
+	}
+	switch args[0] {
+	case argNoop:
+		os.Stdout.WriteString(noopMarker)
+		return 0
+	case argIDs:
+		r, e, s := unix.Getresuid()
+		fmt.Fprintf(os.Stdout, "%d %d %d\n", r, e, s)
+		return 0
+	}
+	pl, err := decodePlan(args[0])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "moat: %s: %v\n", HelperName, err)
+		return 125
+	}
+	results := make([]result, len(pl.Probes))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, probeWorkers)
+	for i, p := range pl.Probes {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			outcome, detail := runProbe(pl.Nonce, i, p)
+			results[i] = result{ID: p.ID, Outcome: outcome, Detail: truncate(detail)}
+		}()
+	}
+	wg.Wait()
+	b, err := json.Marshal(report{V: 1, Results: results})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "moat: %s: BUG: encoding report: %v\n", HelperName, err)
+		return 125
+	}
+	if _, err := os.Stdout.Write(append(b, '\n')); err != nil {
+		fmt.Fprintf(os.Stderr, "moat: %s: writing report: %v\n", HelperName, err)
+		return 125
+	}
+	return 0
+}
+
+// runProbe performs one probe and says what happened.
+func runProbe(nonce string, i int, p probe) (outcome, detail string) {
+	switch p.Op {
+	case opRead:
+		return probeRead(p.Path)
+	case opWrite:
+		return probeWrite(p.Path, fmt.Sprintf(".moat-measure-%.16s-%d", nonce, i))
+	case opTCP:
+		return probeTCP(p.Addr)
+	case opTCPBroker:
+		return probeBroker(p.Addr, nonce)
+	case opDNSUDP:
+		return probeDNS(p.Addr)
+	case opDNSResolv:
+		return probeResolvConf()
+	case opInterfaces:
+		return probeInterfaces()
+	case opRoutes:
+		return probeRoutes()
+	case opNoNewPrivs:
+		return probeNoNewPrivs()
+	case opCaps:
+		return probeCaps()
+	case opAmbient:
+		return probeAmbient()
+	case opBounding:
+		return probeBounding()
+	case opUID:
+		return probeIDs("uid", unix.Getresuid)
+	case opGID:
+		return probeIDs("gid", unix.Getresgid)
+	case opUnshare:
+		return probeNewUserNS(false)
+	case opCloneUser:
+		return probeNewUserNS(true)
+	case opExec:
+		return probeExecSelf()
+	case opSetuid:
+		return probeSetuid(p.Path)
+	}
+	return OutcomeError, fmt.Sprintf("unknown probe operation %q", p.Op)
+}
