@@ -1,0 +1,44 @@
+package wire
+
+import "strings"
+
+// The refusals shared by every API. Each message says why moat refuses and
+// what the client can do instead.
+var (
+	denyURLSource = denial{"url_source",
+		"content fetched by the provider from a URL is not allowed (moat cannot see what would be fetched); send the content inline instead (base64 data, a data: URL, or text)"}
+	denyFileReference = denial{"file_reference",
+		"references to files stored at the provider are not allowed (moat cannot see their content); send the content inline instead (base64 data or a data: URL)"}
+	denyServerTool = denial{"server_tool",
+		"provider-hosted tools, and the blocks and items they produce, are not allowed (they act outside the sandbox where moat cannot see); define a custom/function tool that the client runs instead"}
+	denyMCPServer = denial{"mcp_server",
+		"remote MCP servers are not allowed (the provider would connect to them outside moat); remove them and expose the capability as a client-side tool instead"}
+	denyCompaction = denial{"server_compaction",
+		"server-side compaction is not allowed (the provider would rewrite the conversation where moat cannot see); remove it and manage the context on the client"}
+	denyContextManagement = denial{"context_management",
+		"server-side context management is not allowed (the provider would change the conversation where moat cannot see); remove it and manage the context on the client"}
+	denyServerState = denial{"server_state",
+		"state held by the provider is not allowed (moat cannot see it); send the whole conversation in the request instead, with store false"}
+)
+
+// inlineURL is a string that must be a data: URL, never a URL the provider
+// would fetch.
+func inlineURL() *node {
+	return str().with(func(path string, v any) *Refusal {
+		s := v.(string) // kString checked first
+		if len(s) >= 5 && strings.EqualFold(s[:5], "data:") {
+			return nil
+		}
+		return denyURLSource.at(path)
+	})
+}
+
+// exactlyOne is an integer that must be 1 when present.
+func exactlyOne(why string) *node {
+	return integer().with(func(path string, v any) *Refusal {
+		if n, err := v.(interface{ Int64() (int64, error) }).Int64(); err != nil || n != 1 {
+			return refuse("invalid_value", path, "must be 1, got %v (%s)", v, why)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,353 @@
+package wire
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/moat-sandbox/moat/internal/strictjson"
+)
+
+// This file holds the small schema language in which the per-API
+// allowlists (anthropic.go, openaichat.go, openairesponses.go) are written.
+// A schema is a tree of nodes; checking walks the decoded request and the
+// schema side by side and stops at the first refusal, which names the JSON
+// path of the offending value. Anything not described is refused.
+
+type kind uint8
+
+const (
+	kInvalid kind = iota // zero value: refuses everything
+	kString
+	kNumber
+	kInteger
+	kBool
+	kAny // any JSON value: free-form data such as JSON Schemas or tool inputs
+	kArray
+	kObject
+	kTagged // an object whose tag field (e.g. "type") selects its schema
+	kOneOf  // alternatives selected by the value's JSON kind
+	kDeny   // present with a non-null value: refused
+)
+
+// denial is a refusal for a construct that moat recognizes and will not
+// forward. msg says what to change.
+type denial struct {
+	code, msg string
+}
+
+type node struct {
+	kind     kind
+	enum     []string          // kString: allowed values, if any
+	denyVals map[string]denial // kString/kBool: values that are refused
+	elem     *node             // kArray
+	fields   map[string]*node  // kObject
+	required []string          // kObject
+
+	tagKey     string               // kTagged
+	tagDefault string               // kTagged: tag assumed when the key is absent ("" = required)
+	tags       map[string]*node     // kTagged: each a kObject
+	tagDeny    func(string) *denial // kTagged: known-but-refused tags
+
+	alts []*node // kOneOf
+	deny denial  // kDeny
+
+	check func(path string, v any) *Refusal // extra check after the structural one
+}
+
+type fields map[string]*node
+
+func str() *node                  { return &node{kind: kString} }
+func enum(vals ...string) *node   { return &node{kind: kString, enum: vals} }
+func num() *node                  { return &node{kind: kNumber} }
+func integer() *node              { return &node{kind: kInteger} }
+func boolean() *node              { return &node{kind: kBool} }
+func anyJSON() *node              { return &node{kind: kAny} }
+func arr(e *node) *node           { return &node{kind: kArray, elem: e} }
+func oneOf(alts ...*node) *node   { return &node{kind: kOneOf, alts: alts} }
+func deny(code, msg string) *node { return &node{kind: kDeny, deny: denial{code, msg}} }
+func obj(f fields, required ...string) *node {
+	return &node{kind: kObject, fields: f, required: required}
+}
+
+// tagged is an object discriminated by key. def is the tag assumed when
+// the key is absent ("" makes the key required). refused maps tags that
+// are recognized and refused to their denial; any other tag is refused as
+// unknown_type.
+func tagged(key, def string, tags map[string]*node, refused func(tag string) *denial) *node {
+	return &node{kind: kTagged, tagKey: key, tagDefault: def, tags: tags, tagDeny: refused}
+}
+
+// denying refuses the listed values of a string or boolean node.
+func (n *node) denying(vals map[string]denial) *node {
+	c := *n
+	c.denyVals = vals
+	return &c
+}
+
+// with adds an extra check to a copy of n.
+func (n *node) with(check func(path string, v any) *Refusal) *node {
+	c := *n
+	c.check = check
+	return &c
+}
+
+// Refusal builders. Every message starts "moat: refused:" and says what to
+// change.
+
+func refuse(code, path, format string, args ...any) *Refusal {
+	where := ""
+	if path != "" {
+		where = path + ": "
+	}
+	return &Refusal{Code: code, Message: "moat: refused: " + where + fmt.Sprintf(format, args...)}
+}
+
+func (d denial) at(path string) *Refusal { return refuse(d.code, path, "%s", d.msg) }
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_\-$]*$`)
+
+func fieldPath(path, name string) string {
+	if !identRE.MatchString(name) {
+		name = strconv.Quote(name)
+		return path + "[" + name + "]"
+	}
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+func indexPath(path string, i int) string { return path + "[" + strconv.Itoa(i) + "]" }
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case string:
+		return "string"
+	case strictjson.Number:
+		return "number"
+	case bool:
+		return "boolean"
+	case []any:
+		return "array"
+	case map[string]any:
+		return "object"
+	}
+	return fmt.Sprintf("BUG: %T", v)
+}
+
+func (n *node) kindName() string {
+	switch n.kind {
+	case kString:
+		return "a string"
+	case kNumber:
+		return "a number"
+	case kInteger:
+		return "an integer"
+	case kBool:
+		return "a boolean"
+	case kArray:
+		return "an array"
+	case kObject, kTagged:
+		return "an object"
+	case kAny:
+		return "any JSON value"
+	case kOneOf:
+		names := make([]string, len(n.alts))
+		for i, a := range n.alts {
+			names[i] = a.kindName()
+		}
+		return strings.Join(names, " or ")
+	}
+	return "nothing (BUG: invalid schema node)"
+}
+
+func wrongKind(n *node, path string, v any) *Refusal {
+	return refuse("invalid_value", path, "must be %s, got %s", n.kindName(), jsonKind(v))
+}
+
+// validate checks v against n at path.
+func (n *node) validate(path string, v any) *Refusal {
+	if r := n.validateKind(path, v); r != nil {
+		return r
+	}
+	if n.check != nil {
+		return n.check(path, v)
+	}
+	return nil
+}
+
+func (n *node) validateKind(path string, v any) *Refusal {
+	switch n.kind {
+	case kAny:
+		return nil
+	case kDeny:
+		return n.deny.at(path)
+	case kString:
+		s, ok := v.(string)
+		if !ok {
+			return wrongKind(n, path, v)
+		}
+		if d, ok := n.denyVals[s]; ok {
+			return d.at(path)
+		}
+		if n.enum != nil && !slices.Contains(n.enum, s) {
+			return refuse("invalid_value", path, "%q is not allowed (allowed: %s)", s, strings.Join(n.enum, ", "))
+		}
+		return nil
+	case kNumber, kInteger:
+		num, ok := v.(strictjson.Number)
+		if !ok {
+			return wrongKind(n, path, v)
+		}
+		if n.kind == kInteger {
+			if _, err := num.Int64(); err != nil {
+				return refuse("invalid_value", path, "must be an integer, got %s", num)
+			}
+		}
+		return nil
+	case kBool:
+		b, ok := v.(bool)
+		if !ok {
+			return wrongKind(n, path, v)
+		}
+		if d, ok := n.denyVals[strconv.FormatBool(b)]; ok {
+			return d.at(path)
+		}
+		return nil
+	case kArray:
+		a, ok := v.([]any)
+		if !ok {
+			return wrongKind(n, path, v)
+		}
+		for i, e := range a {
+			if r := n.elem.validate(indexPath(path, i), e); r != nil {
+				return r
+			}
+		}
+		return nil
+	case kObject:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return wrongKind(n, path, v)
+		}
+		return n.validateFields(path, m, "")
+	case kTagged:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return wrongKind(n, path, v)
+		}
+		tag := n.tagDefault
+		if tv, present := m[n.tagKey]; present {
+			s, ok := tv.(string)
+			if !ok {
+				return refuse("invalid_value", fieldPath(path, n.tagKey), "must be a string, got %s", jsonKind(tv))
+			}
+			tag = s
+		} else if tag == "" {
+			return refuse("missing_field", fieldPath(path, n.tagKey), "required field is missing (allowed: %s)", strings.Join(n.tagNames(), ", "))
+		}
+		sub, ok := n.tags[tag]
+		if !ok {
+			if n.tagDeny != nil {
+				if d := n.tagDeny(tag); d != nil {
+					return d.at(fieldPath(path, n.tagKey))
+				}
+			}
+			return refuse("unknown_type", fieldPath(path, n.tagKey), "%q is not a %s moat forwards (allowed: %s); use one of those", tag, n.tagKey, strings.Join(n.tagNames(), ", "))
+		}
+		if r := sub.validateFields(path, m, n.tagKey); r != nil {
+			return r
+		}
+		if sub.check != nil {
+			return sub.check(path, v)
+		}
+		return nil
+	case kOneOf:
+		k := jsonKind(v)
+		for _, a := range n.alts {
+			if a.accepts(k) {
+				return a.validate(path, v)
+			}
+		}
+		return wrongKind(n, path, v)
+	}
+	return refuse("invalid_value", path, "BUG: invalid schema node")
+}
+
+// accepts reports whether n is the alternative for JSON kind k in a oneOf.
+func (n *node) accepts(k string) bool {
+	switch n.kind {
+	case kString:
+		return k == "string"
+	case kNumber, kInteger:
+		return k == "number"
+	case kBool:
+		return k == "boolean"
+	case kArray:
+		return k == "array"
+	case kObject, kTagged:
+		return k == "object"
+	case kAny:
+		return true
+	}
+	return false
+}
+
+func (n *node) tagNames() []string {
+	names := make([]string, 0, len(n.tags))
+	for t := range n.tags {
+		names = append(names, t)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// validateFields checks every member of m against n.fields; skip names a
+// member already checked by the caller (a tag). A null member counts as
+// absent, as the provider APIs treat it.
+func (n *node) validateFields(path string, m map[string]any, skip string) *Refusal {
+	for _, name := range n.required {
+		if v, ok := m[name]; !ok || v == nil {
+			return refuse("missing_field", fieldPath(path, name), "required field is missing")
+		}
+	}
+	// Sorted for a deterministic first refusal.
+	names := make([]string, 0, len(m))
+	for name := range m {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if name == skip {
+			continue
+		}
+		f, ok := n.fields[name]
+		if !ok {
+			return refuse("unknown_field", fieldPath(path, name), "field is not allowed (moat forwards only fields it knows how to check); remove it")
+		}
+		v := m[name]
+		if v == nil {
+			continue
+		}
+		if r := f.validate(fieldPath(path, name), v); r != nil {
+			return r
+		}
+	}
+	return nil
+}
+
+// anyObject is any JSON object (free-form, e.g. a JSON Schema or a tool's
+// input).
+func anyObject() *node {
+	return anyJSON().with(func(path string, v any) *Refusal {
+		if _, ok := v.(map[string]any); !ok {
+			return refuse("invalid_value", path, "must be an object, got %s", jsonKind(v))
+		}
+		return nil
+	})
+}

@@ -1,0 +1,247 @@
+// Package wire decides which inference requests the broker forwards. For
+// each provider API (anthropic-messages, openai-chat, openai-responses) it
+// holds a field allowlist at every level of the request body, written as
+// commented data from the providers' public API references and the
+// official SDKs' request types, and a few rules that the allowlist alone
+// cannot express.
+//
+// Admit parses the body with internal/strictjson (duplicate names, invalid
+// UTF-8, lone surrogates and trailing data refused), re-encodes it
+// canonically (RFC 8785), and checks the canonical form, so what is checked
+// is byte for byte what is hashed, signed and forwarded.
+//
+// Refused, each with a stable Code and a message that tells a model what to
+// change:
+//   - unknown fields and unknown content/tool/item types (unknown_field,
+//     unknown_type), wrong JSON types and values (invalid_value), missing
+//     required fields (missing_field), bodies that are not strict JSON
+//     (invalid_json), paths the API does not admit (wrong_endpoint);
+//   - models not in Limits.Models (model_not_allowed);
+//   - output tokens above Limits.MaxOutputTokens (max_tokens_exceeded);
+//   - content the provider would fetch from a URL (url_source) or from its
+//     own file store (file_reference), also nested in tool results;
+//   - provider-hosted tools and the content blocks and items they produce
+//     (server_tool), remote MCP servers (mcp_server);
+//   - server-side compaction (server_compaction) and context management
+//     (context_management);
+//   - server-held state moat cannot see (server_state): stored responses,
+//     conversations, stored prompts, background mode, item references,
+//     containers, provider-held audio.
+//
+// Decisions made here:
+//   - Reserved output tokens. When the request names no output limit, the
+//     broker writes Limits.MaxOutputTokens into the canonical body
+//     (anthropic-messages: max_tokens; openai-chat: max_completion_tokens;
+//     openai-responses: max_output_tokens), so that the provider can never
+//     generate more than policy allows, even where absence means
+//     "unlimited". A null limit counts as absent. openai-chat requests that
+//     set both max_tokens and max_completion_tokens are refused as
+//     ambiguous, and n must be 1 (n copies would multiply the output).
+//     count_tokens requests reserve 0 output tokens.
+//   - store. openai-responses stores responses by default; the broker writes
+//     "store": false when the request does not say, and refuses
+//     "store": true. openai-chat refuses "store": true (absence means false).
+//   - Nulls. A null optional field is accepted as absent, as the providers
+//     treat it; a null required field is refused.
+//   - Numbers are canonical RFC 8785 numbers (see strictjson); output limits
+//     must be integers in that form.
+package wire
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/moat-sandbox/moat/internal/strictjson"
+)
+
+// The provider APIs this package admits requests for.
+const (
+	APIAnthropicMessages = "anthropic-messages"
+	APIOpenAIChat        = "openai-chat"
+	APIOpenAIResponses   = "openai-responses"
+)
+
+// Limits are the policy limits a request is checked against. The zero
+// value admits nothing.
+type Limits struct {
+	Models          []string // allowed model names, compared exactly
+	MaxOutputTokens int      // per-request output token ceiling; <= 0 admits nothing
+}
+
+// Request is an admitted request.
+type Request struct {
+	Canonical []byte // RFC 8785 bytes: what the broker hashes, signs and forwards
+	Model     string
+	MaxTokens int // reserved output tokens, as written in Canonical (0 for count_tokens)
+	Stream    bool
+}
+
+// Refusal says why a request was not admitted.
+type Refusal struct {
+	Code    string // stable reason code (see the package doc)
+	Message string // actionable by a human and a model: says what to change
+}
+
+func (r *Refusal) Error() string { return r.Message }
+
+// endpoint is one admitted POST path of an API.
+type endpoint struct {
+	schema *node
+	// tokenFields are the output-limit fields, in order of preference;
+	// none means the endpoint generates no output (count_tokens).
+	tokenFields []string
+	// forceFalse are boolean fields written as false when absent or null.
+	forceFalse []string
+}
+
+type apiSpec struct {
+	endpoints map[string]*endpoint
+}
+
+var apis = map[string]*apiSpec{
+	APIAnthropicMessages: {endpoints: map[string]*endpoint{
+		"/v1/messages":              {schema: anthropicMessages, tokenFields: []string{"max_tokens"}},
+		"/v1/messages/count_tokens": {schema: anthropicCountTokens},
+	}},
+	APIOpenAIChat: {endpoints: map[string]*endpoint{
+		"/v1/chat/completions": {schema: openaiChat, tokenFields: []string{"max_completion_tokens", "max_tokens"}},
+	}},
+	APIOpenAIResponses: {endpoints: map[string]*endpoint{
+		"/v1/responses": {schema: openaiResponses, tokenFields: []string{"max_output_tokens"}, forceFalse: []string{"store"}},
+	}},
+}
+
+// Endpoints returns the POST paths that api admits, sorted; nil for an
+// unknown API.
+func Endpoints(api string) []string {
+	spec, ok := apis[api]
+	if !ok {
+		return nil
+	}
+	var eps []string
+	for p := range spec.endpoints {
+		eps = append(eps, p)
+	}
+	slices.Sort(eps)
+	return eps
+}
+
+// Admit checks body, sent by POST to endpoint (a path, without query) of
+// api, against the API's allowlist and lim. It returns the request to
+// forward, or a refusal.
+func Admit(api, endpointPath string, body []byte, lim Limits) (*Request, *Refusal) {
+	spec, ok := apis[api]
+	if !ok {
+		return nil, refuse("wrong_endpoint", "", "API %q is not supported (supported: %s, %s, %s)", api, APIAnthropicMessages, APIOpenAIChat, APIOpenAIResponses)
+	}
+	ep, ok := spec.endpoints[endpointPath]
+	if !ok {
+		return nil, refuse("wrong_endpoint", "", "POST %s is not an endpoint moat forwards for %s (allowed: %s)", quotePath(endpointPath), api, strings.Join(Endpoints(api), ", "))
+	}
+	canon, err := strictjson.Canonicalize(body)
+	if err != nil {
+		return nil, invalidJSON(err)
+	}
+	tree, err := strictjson.Decode(canon)
+	if err != nil {
+		return nil, invalidJSON(err)
+	}
+	top, ok := tree.(map[string]any)
+	if !ok {
+		return nil, refuse("invalid_json", "", "the request body must be a JSON object, got %s", jsonKind(tree))
+	}
+	if r := ep.schema.validate("", top); r != nil {
+		return nil, r
+	}
+	model, _ := top["model"].(string) // required string: the schema checked it
+	if !slices.Contains(lim.Models, model) {
+		allowed := "none"
+		if len(lim.Models) > 0 {
+			allowed = strings.Join(lim.Models, ", ")
+		}
+		return nil, refuse("model_not_allowed", "model", "model %q is not allowed by policy (allowed: %s)", model, allowed)
+	}
+	changed := false
+	maxTokens := 0
+	if len(ep.tokenFields) > 0 {
+		var r *Refusal
+		maxTokens, changed, r = reserveTokens(top, ep.tokenFields, lim.MaxOutputTokens)
+		if r != nil {
+			return nil, r
+		}
+	}
+	for _, f := range ep.forceFalse {
+		if top[f] == nil {
+			top[f] = false
+			changed = true
+		}
+	}
+	if changed {
+		if canon, err = strictjson.Encode(top); err != nil {
+			return nil, refuse("invalid_json", "", "BUG: re-encoding an admitted request: %v", err)
+		}
+	}
+	stream, _ := top["stream"].(bool)
+	return &Request{Canonical: canon, Model: model, MaxTokens: maxTokens, Stream: stream}, nil
+}
+
+// reserveTokens finds the output limit among fields (at most one may be
+// set), checks it against max and, when none is set, writes max into the
+// first field. It reports whether top changed.
+func reserveTokens(top map[string]any, fields []string, max int) (int, bool, *Refusal) {
+	if max <= 0 {
+		return 0, false, refuse("max_tokens_exceeded", "", "policy allows no output tokens (inference.max_output_tokens is 0); ask the operator to raise it")
+	}
+	var set []string
+	changed := false
+	for _, f := range fields {
+		v, present := top[f]
+		if !present {
+			continue
+		}
+		if v == nil {
+			delete(top, f) // null means absent; the default is written below
+			changed = true
+			continue
+		}
+		set = append(set, f)
+	}
+	switch len(set) {
+	case 0:
+		top[fields[0]] = strictjson.Number(strconv.Itoa(max))
+		return max, true, nil
+	case 1:
+	default:
+		return 0, false, refuse("invalid_value", "", "%s are all set, which is ambiguous; set only %s (at most %d)", strings.Join(set, " and "), fields[0], max)
+	}
+	f := set[0]
+	n, err := top[f].(strictjson.Number).Int64() // the schema checked it is an integer
+	if err != nil || n < 1 {
+		return 0, false, refuse("invalid_value", f, "must be a positive integer (at most %d), got %v", max, top[f])
+	}
+	if n > int64(max) {
+		return 0, false, refuse("max_tokens_exceeded", f, "%d is above the policy limit of %d output tokens; set %s to at most %d", n, max, f, max)
+	}
+	return int(n), changed, nil
+}
+
+func invalidJSON(err error) *Refusal {
+	why := err.Error()
+	var se *strictjson.Error
+	if errors.As(err, &se) {
+		why = strings.TrimPrefix(why, "strictjson: ")
+	}
+	return refuse("invalid_json", "", "the request body is not strict JSON (%s); send one JSON object with unique member names and valid UTF-8", why)
+}
+
+// quotePath quotes a client-supplied path for a message, bounded.
+func quotePath(p string) string {
+	const maxShown = 200
+	if len(p) > maxShown {
+		p = p[:maxShown] + "…"
+	}
+	return fmt.Sprintf("%q", p)
+}
