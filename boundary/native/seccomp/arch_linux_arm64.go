@@ -1,0 +1,17 @@
+package seccomp
+
+import "golang.org/x/sys/unix"
+
+const (
+	archName      = "aarch64"
+	auditArch     = unix.AUDIT_ARCH_AARCH64
+	killX32       = false
+	x32SyscallBit = 0
+)
+
+// archRules are the arm64-only denials (none).
+var archRules []struct {
+	name string
+	nr   uint32
+	why  string
+}

@@ -1,0 +1,3 @@
+package seccomp
+
+var archDeniedEPERM = map[string]uint32{}

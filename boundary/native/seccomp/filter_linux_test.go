@@ -1,0 +1,511 @@
+//go:build amd64 || arm64
+
+package seccomp
+
+import (
+	"encoding/binary"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+)
+
+// seccompData is struct seccomp_data.
+type seccompData struct {
+	nr   uint32
+	arch uint32
+	ip   uint64
+	args [6]uint64
+}
+
+// bytes lays d out as the kernel does (native byte order), then re-encodes
+// every 32-bit word big-endian: the kernel's BPF_LD|BPF_W|BPF_ABS reads a
+// native-endian word of seccomp_data, while x/net/bpf's VM reads network
+// order. The result is that the VM sees, at every offset, the word the
+// kernel would see, so the low/high halves of each argument are tested at
+// their real places.
+func (d seccompData) bytes() []byte {
+	b := make([]byte, 64)
+	ne := binary.NativeEndian
+	ne.PutUint32(b[0:], d.nr)
+	ne.PutUint32(b[4:], d.arch)
+	ne.PutUint64(b[8:], d.ip)
+	for i, a := range d.args {
+		ne.PutUint64(b[16+8*i:], a)
+	}
+	for i := 0; i < len(b); i += 4 {
+		binary.BigEndian.PutUint32(b[i:], ne.Uint32(b[i:]))
+	}
+	return b
+}
+
+func nativeArch() uint32 {
+	switch runtime.GOARCH {
+	case "amd64":
+		return unix.AUDIT_ARCH_X86_64
+	case "arm64":
+		return unix.AUDIT_ARCH_AARCH64
+	}
+	panic("BUG: test built for " + runtime.GOARCH)
+}
+
+// foreignArch is an architecture whose syscalls can reach this kernel.
+func foreignArch() uint32 {
+	if runtime.GOARCH == "amd64" {
+		return unix.AUDIT_ARCH_I386
+	}
+	return unix.AUDIT_ARCH_ARM
+}
+
+// deniedEPERM is what the brief and DESIGN.md demand, written out again
+// here, independently of rules_linux.go.
+var deniedEPERM = map[string]uint32{
+	"io_uring_setup": unix.SYS_IO_URING_SETUP, "io_uring_enter": unix.SYS_IO_URING_ENTER,
+	"io_uring_register": unix.SYS_IO_URING_REGISTER, "ptrace": unix.SYS_PTRACE,
+	"process_vm_readv": unix.SYS_PROCESS_VM_READV, "process_vm_writev": unix.SYS_PROCESS_VM_WRITEV,
+	"mount": unix.SYS_MOUNT, "umount2": unix.SYS_UMOUNT2, "pivot_root": unix.SYS_PIVOT_ROOT,
+	"chroot": unix.SYS_CHROOT, "unshare": unix.SYS_UNSHARE, "setns": unix.SYS_SETNS,
+	"open_tree": unix.SYS_OPEN_TREE, "open_tree_attr": unix.SYS_OPEN_TREE_ATTR,
+	"move_mount": unix.SYS_MOVE_MOUNT, "fsopen": unix.SYS_FSOPEN, "fsconfig": unix.SYS_FSCONFIG,
+	"fsmount": unix.SYS_FSMOUNT, "fspick": unix.SYS_FSPICK, "mount_setattr": unix.SYS_MOUNT_SETATTR,
+	"keyctl": unix.SYS_KEYCTL, "add_key": unix.SYS_ADD_KEY, "request_key": unix.SYS_REQUEST_KEY,
+	"bpf": unix.SYS_BPF, "perf_event_open": unix.SYS_PERF_EVENT_OPEN, "userfaultfd": unix.SYS_USERFAULTFD,
+	"open_by_handle_at": unix.SYS_OPEN_BY_HANDLE_AT, "name_to_handle_at": unix.SYS_NAME_TO_HANDLE_AT,
+	"kexec_load": unix.SYS_KEXEC_LOAD, "kexec_file_load": unix.SYS_KEXEC_FILE_LOAD,
+	"init_module": unix.SYS_INIT_MODULE, "finit_module": unix.SYS_FINIT_MODULE,
+	"delete_module": unix.SYS_DELETE_MODULE,
+	// Decided in this package (see rules_linux.go for why).
+	"acct": unix.SYS_ACCT, "swapon": unix.SYS_SWAPON, "swapoff": unix.SYS_SWAPOFF,
+	"reboot": unix.SYS_REBOOT, "syslog": unix.SYS_SYSLOG, "settimeofday": unix.SYS_SETTIMEOFDAY,
+	"clock_settime": unix.SYS_CLOCK_SETTIME, "clock_adjtime": unix.SYS_CLOCK_ADJTIME,
+	"adjtimex": unix.SYS_ADJTIMEX, "quotactl": unix.SYS_QUOTACTL, "quotactl_fd": unix.SYS_QUOTACTL_FD,
+	"lookup_dcookie": unix.SYS_LOOKUP_DCOOKIE, "vmsplice": unix.SYS_VMSPLICE,
+	"pidfd_getfd": unix.SYS_PIDFD_GETFD, "kcmp": unix.SYS_KCMP, "process_madvise": unix.SYS_PROCESS_MADVISE,
+}
+
+func init() {
+	for k, v := range archDeniedEPERM {
+		deniedEPERM[k] = v
+	}
+}
+
+const (
+	retAllow  = unix.SECCOMP_RET_ALLOW
+	retKill   = unix.SECCOMP_RET_KILL_PROCESS
+	retEPERM  = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
+	retENOSYS = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
+)
+
+func retName(r uint32) string {
+	switch r {
+	case retAllow:
+		return "ALLOW"
+	case retKill:
+		return "KILL_PROCESS"
+	case retEPERM:
+		return "ERRNO(EPERM)"
+	case retENOSYS:
+		return "ERRNO(ENOSYS)"
+	}
+	return fmt.Sprintf("0x%08x", r)
+}
+
+// reference is the intended policy as plain Go, written from the brief
+// rather than from the rule table, so that the compiled program is checked
+// against an independent statement of what it must do.
+func reference(d seccompData, opts Options) uint32 {
+	if d.arch != nativeArch() {
+		return retKill
+	}
+	if runtime.GOARCH == "amd64" && d.nr&0x40000000 != 0 {
+		return retKill
+	}
+	lo := func(i int) uint32 { return uint32(d.args[i]) }
+	switch d.nr {
+	case unix.SYS_CLONE3:
+		return retENOSYS
+	case unix.SYS_CLONE:
+		const newFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
+			unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWTIME
+		if lo(0)&newFlags != 0 {
+			return retEPERM
+		}
+		return retAllow
+	case unix.SYS_SOCKET:
+		if lo(1)&0xf == unix.SOCK_PACKET {
+			return retEPERM
+		}
+		switch d.args[0] {
+		case unix.AF_INET, unix.AF_INET6:
+			if lo(2) == unix.IPPROTO_MPTCP {
+				return retEPERM
+			}
+			return retAllow
+		case unix.AF_NETLINK:
+			return retAllow
+		case unix.AF_UNIX:
+			if opts.AllowUnixSockets {
+				return retAllow
+			}
+		}
+		return retEPERM
+	case unix.SYS_SOCKETPAIR:
+		if d.args[0] == unix.AF_UNIX {
+			return retAllow
+		}
+		return retEPERM
+	case unix.SYS_IOCTL:
+		switch lo(1) {
+		case unix.TIOCSTI, unix.TIOCLINUX, unix.TIOCSETD:
+			return retEPERM
+		}
+		return retAllow
+	case unix.SYS_PERSONALITY:
+		if lo(0) == 0 || lo(0) == 0xffffffff {
+			return retAllow
+		}
+		return retEPERM
+	}
+	for _, nr := range deniedEPERM {
+		if d.nr == nr {
+			return retEPERM
+		}
+	}
+	return retAllow
+}
+
+func newVM(t testing.TB, opts Options) *bpf.VM {
+	t.Helper()
+	prog, err := Build(opts)
+	if err != nil {
+		t.Fatalf("Build(%+v): %v", opts, err)
+	}
+	raw := make([]bpf.RawInstruction, len(prog))
+	for i, f := range prog {
+		raw[i] = bpf.RawInstruction{Op: f.Code, Jt: f.Jt, Jf: f.Jf, K: f.K}
+	}
+	insns, ok := bpf.Disassemble(raw)
+	if !ok {
+		t.Fatalf("Build(%+v): program does not disassemble", opts)
+	}
+	vm, err := bpf.NewVM(insns)
+	if err != nil {
+		t.Fatalf("bpf.NewVM: %v", err)
+	}
+	return vm
+}
+
+func runVM(t testing.TB, vm *bpf.VM, d seccompData) uint32 {
+	t.Helper()
+	r, err := vm.Run(d.bytes())
+	if err != nil {
+		t.Fatalf("vm.Run(%+v): %v", d, err)
+	}
+	return uint32(r)
+}
+
+func call(nr uint32, args ...uint64) seccompData {
+	d := seccompData{nr: nr, arch: nativeArch(), ip: 0x7f0000001000}
+	copy(d.args[:], args)
+	return d
+}
+
+const hi = 1 << 32 // a bit in an argument's high word
+
+// Constants golang.org/x/sys/unix does not name.
+const (
+	fionread        = 0x541b    // FIONREAD
+	addrNoRandomize = 0x0040000 // ADDR_NO_RANDOMIZE
+	mmapPageZero    = 0x0100000 // MMAP_PAGE_ZERO
+	readImpliesExec = 0x0400000 // READ_IMPLIES_EXEC
+)
+
+type vmCase struct {
+	name string
+	d    seccompData
+	want uint32
+}
+
+func tableCases(opts Options) []vmCase {
+	unixWant := uint32(retEPERM)
+	if opts.AllowUnixSockets {
+		unixWant = retAllow
+	}
+	const goThread = unix.CLONE_VM | unix.CLONE_FS | unix.CLONE_FILES | unix.CLONE_SIGHAND |
+		unix.CLONE_SYSVSEM | unix.CLONE_THREAD
+	cases := []vmCase{
+		{"read", call(unix.SYS_READ, 0, 0x1000, 10), retAllow},
+		{"write", call(unix.SYS_WRITE, 1, 0x1000, 10), retAllow},
+		{"futex", call(unix.SYS_FUTEX, 0x1000, 128, 0), retAllow},
+		{"rt_sigreturn", call(unix.SYS_RT_SIGRETURN), retAllow},
+		{"execve", call(unix.SYS_EXECVE, 0x1000, 0x2000, 0x3000), retAllow},
+		{"openat", call(unix.SYS_OPENAT, uint64(0xffffff9c), 0x1000, 0), retAllow},
+		{"connect", call(unix.SYS_CONNECT, 3, 0x1000, 16), retAllow},
+		{"pidfd_open", call(unix.SYS_PIDFD_OPEN, 100, 0), retAllow},
+		{"landlock_restrict_self", call(unix.SYS_LANDLOCK_RESTRICT_SELF, 3, 0), retAllow},
+		{"unknown syscall number", call(1000), retAllow},
+
+		{"clone Go thread", call(unix.SYS_CLONE, goThread), retAllow},
+		{"clone fork", call(unix.SYS_CLONE, uint64(unix.SIGCHLD)), retAllow},
+		{"clone vfork+pidfd", call(unix.SYS_CLONE, unix.CLONE_VM|unix.CLONE_VFORK|unix.CLONE_PIDFD|uint64(unix.SIGCHLD)), retAllow},
+		{"clone flag in high word (kernel ignores it)", call(unix.SYS_CLONE, unix.CLONE_NEWUSER<<32|uint64(unix.SIGCHLD)), retAllow},
+		{"clone3", call(unix.SYS_CLONE3, 0x1000, 88), retENOSYS},
+		{"clone3 no args", call(unix.SYS_CLONE3), retENOSYS},
+
+		{"socket AF_INET stream", call(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM, 0), retAllow},
+		{"socket AF_INET stream cloexec nonblock", call(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0), retAllow},
+		{"socket AF_INET tcp", call(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_TCP), retAllow},
+		{"socket AF_INET6 dgram", call(unix.SYS_SOCKET, unix.AF_INET6, unix.SOCK_DGRAM, 0), retAllow},
+		{"socket AF_NETLINK route", call(unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE), retAllow},
+		{"socket AF_NETLINK protocol 262 (not MPTCP there)", call(unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW, 262), retAllow},
+		{"socket AF_UNIX stream", call(unix.SYS_SOCKET, unix.AF_UNIX, unix.SOCK_STREAM, 0), unixWant},
+		{"socket AF_UNIX dgram cloexec", call(unix.SYS_SOCKET, unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0), unixWant},
+		{"socket AF_UNIX with high word", call(unix.SYS_SOCKET, unix.AF_UNIX|hi, unix.SOCK_STREAM, 0), retEPERM},
+		{"socket AF_INET with high word", call(unix.SYS_SOCKET, unix.AF_INET|hi, unix.SOCK_STREAM, 0), retEPERM},
+		{"socket AF_PACKET", call(unix.SYS_SOCKET, unix.AF_PACKET, unix.SOCK_RAW, 0x0300), retEPERM},
+		{"socket AF_PACKET with high word", call(unix.SYS_SOCKET, unix.AF_PACKET|hi, unix.SOCK_RAW, 0), retEPERM},
+		{"socket AF_VSOCK", call(unix.SYS_SOCKET, unix.AF_VSOCK, unix.SOCK_STREAM, 0), retEPERM},
+		{"socket AF_ALG", call(unix.SYS_SOCKET, unix.AF_ALG, unix.SOCK_SEQPACKET, 0), retEPERM},
+		{"socket AF_BLUETOOTH", call(unix.SYS_SOCKET, unix.AF_BLUETOOTH, unix.SOCK_RAW, 0), retEPERM},
+		{"socket AF_KEY", call(unix.SYS_SOCKET, unix.AF_KEY, unix.SOCK_RAW, 2), retEPERM},
+		{"socket AF_XDP", call(unix.SYS_SOCKET, unix.AF_XDP, unix.SOCK_RAW, 0), retEPERM},
+		{"socket AF_INET SOCK_PACKET", call(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_PACKET, 0x0300), retEPERM},
+		{"socket AF_INET SOCK_PACKET cloexec", call(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_PACKET|unix.SOCK_CLOEXEC, 0x0300), retEPERM},
+		{"socket AF_INET MPTCP", call(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_MPTCP), retEPERM},
+		{"socket AF_INET6 MPTCP", call(unix.SYS_SOCKET, unix.AF_INET6, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, unix.IPPROTO_MPTCP), retEPERM},
+		{"socket AF_INET MPTCP with high word", call(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_MPTCP|hi), retEPERM},
+		{"socketpair AF_UNIX", call(unix.SYS_SOCKETPAIR, unix.AF_UNIX, unix.SOCK_STREAM, 0, 0x1000), retAllow},
+		{"socketpair AF_UNIX seqpacket cloexec", call(unix.SYS_SOCKETPAIR, unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0, 0x1000), retAllow},
+		{"socketpair AF_UNIX with high word", call(unix.SYS_SOCKETPAIR, unix.AF_UNIX|hi, unix.SOCK_STREAM, 0), retEPERM},
+		{"socketpair AF_TIPC", call(unix.SYS_SOCKETPAIR, unix.AF_TIPC, unix.SOCK_STREAM, 0), retEPERM},
+
+		{"ioctl TCGETS", call(unix.SYS_IOCTL, 0, unix.TCGETS, 0x1000), retAllow},
+		{"ioctl TIOCGWINSZ", call(unix.SYS_IOCTL, 1, unix.TIOCGWINSZ, 0x1000), retAllow},
+		{"ioctl FIONREAD", call(unix.SYS_IOCTL, 3, fionread, 0x1000), retAllow},
+		{"ioctl TIOCSTI", call(unix.SYS_IOCTL, 0, unix.TIOCSTI, 0x1000), retEPERM},
+		{"ioctl TIOCSTI with high word", call(unix.SYS_IOCTL, 0, unix.TIOCSTI|hi, 0x1000), retEPERM},
+		{"ioctl TIOCSTI with all high bits", call(unix.SYS_IOCTL, 0, unix.TIOCSTI|0xffffffff00000000, 0x1000), retEPERM},
+		{"ioctl TIOCLINUX", call(unix.SYS_IOCTL, 0, unix.TIOCLINUX, 0x1000), retEPERM},
+		{"ioctl TIOCLINUX with high word", call(unix.SYS_IOCTL, 0, unix.TIOCLINUX|hi, 0x1000), retEPERM},
+		{"ioctl TIOCSETD", call(unix.SYS_IOCTL, 0, unix.TIOCSETD, 0x1000), retEPERM},
+		{"ioctl TIOCSTI in arg 2 only", call(unix.SYS_IOCTL, 0, unix.TCGETS, unix.TIOCSTI), retAllow},
+
+		{"personality query", call(unix.SYS_PERSONALITY, 0xffffffff), retAllow},
+		{"personality PER_LINUX", call(unix.SYS_PERSONALITY, 0), retAllow},
+		{"personality high word only (kernel reads PER_LINUX)", call(unix.SYS_PERSONALITY, hi), retAllow},
+		{"personality ADDR_NO_RANDOMIZE", call(unix.SYS_PERSONALITY, addrNoRandomize), retEPERM},
+		{"personality READ_IMPLIES_EXEC", call(unix.SYS_PERSONALITY, readImpliesExec), retEPERM},
+		{"personality MMAP_PAGE_ZERO", call(unix.SYS_PERSONALITY, mmapPageZero), retEPERM},
+
+		{"foreign arch read", seccompData{nr: unix.SYS_READ, arch: foreignArch()}, retKill},
+		{"foreign arch socket AF_INET", seccompData{nr: unix.SYS_SOCKET, arch: foreignArch(), args: [6]uint64{unix.AF_INET, unix.SOCK_STREAM}}, retKill},
+		{"arch zero", seccompData{nr: unix.SYS_READ}, retKill},
+		{"arch with high bit flipped", seccompData{nr: unix.SYS_READ, arch: nativeArch() ^ 0x80000000}, retKill},
+	}
+	for name, bit := range map[string]uint64{
+		"CLONE_NEWUSER": unix.CLONE_NEWUSER, "CLONE_NEWNS": unix.CLONE_NEWNS, "CLONE_NEWPID": unix.CLONE_NEWPID,
+		"CLONE_NEWNET": unix.CLONE_NEWNET, "CLONE_NEWIPC": unix.CLONE_NEWIPC, "CLONE_NEWUTS": unix.CLONE_NEWUTS,
+		"CLONE_NEWCGROUP": unix.CLONE_NEWCGROUP, "CLONE_NEWTIME": unix.CLONE_NEWTIME,
+	} {
+		cases = append(cases,
+			vmCase{"clone " + name, call(unix.SYS_CLONE, bit|uint64(unix.SIGCHLD)), retEPERM},
+			vmCase{"clone thread+" + name, call(unix.SYS_CLONE, bit|goThread), retEPERM},
+			vmCase{"clone " + name + " with high word", call(unix.SYS_CLONE, bit|0xffffffff00000000), retEPERM},
+		)
+	}
+	for name, nr := range deniedEPERM {
+		cases = append(cases,
+			vmCase{name, call(nr), retEPERM},
+			vmCase{name + " with args", call(nr, ^uint64(0), 1, 2, 3, 4, 5), retEPERM},
+		)
+	}
+	if runtime.GOARCH == "amd64" {
+		cases = append(cases,
+			vmCase{"x32 read", call(0x40000000 | unix.SYS_READ), retKill},
+			vmCase{"x32 socket", call(0x40000000|unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM), retKill},
+			vmCase{"nr -1", call(0xffffffff), retKill},
+		)
+	}
+	slices.SortFunc(cases, func(a, b vmCase) int { return strings.Compare(a.name, b.name) })
+	return cases
+}
+
+func TestProgramInVM(t *testing.T) {
+	for _, opts := range []Options{{}, {AllowUnixSockets: true}} {
+		t.Run(fmt.Sprintf("AllowUnixSockets=%v", opts.AllowUnixSockets), func(t *testing.T) {
+			vm := newVM(t, opts)
+			for _, c := range tableCases(opts) {
+				t.Run(c.name, func(t *testing.T) {
+					if got := runVM(t, vm, c.d); got != c.want {
+						t.Errorf("got %s, want %s", retName(got), retName(c.want))
+					}
+					// The table and the reference model must agree too.
+					if ref := reference(c.d, opts); ref != c.want {
+						t.Errorf("reference model says %s, table says %s", retName(ref), retName(c.want))
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestProgramShape checks what the kernel's seccomp verifier checks, so
+// that a bad program fails here and not only in a kernel test: only
+// 32-bit absolute loads inside seccomp_data on 4-byte boundaries, forward
+// jumps inside the program, and a return at the end.
+func TestProgramShape(t *testing.T) {
+	prog, err := Build(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(prog) == 0 || len(prog) > MaxInstructions {
+		t.Fatalf("got %d instructions, want 1…%d", len(prog), MaxInstructions)
+	}
+	t.Logf("program: %d instructions", len(prog))
+	for i, f := range prog {
+		switch cls := f.Code & 0x07; cls {
+		case unix.BPF_LD:
+			if f.Code != unix.BPF_LD|unix.BPF_W|unix.BPF_ABS {
+				t.Errorf("insn %d: load 0x%04x, want BPF_LD|BPF_W|BPF_ABS", i, f.Code)
+			}
+			if f.K%4 != 0 || f.K >= 64 {
+				t.Errorf("insn %d: load offset %d outside seccomp_data or unaligned", i, f.K)
+			}
+		case unix.BPF_JMP:
+			jt, jf := int(f.Jt), int(f.Jf)
+			if f.Code == unix.BPF_JMP|unix.BPF_JA {
+				jt, jf = int(f.K), int(f.K)
+			}
+			if i+1+max(jt, jf) >= len(prog) {
+				t.Errorf("insn %d: jump past the end", i)
+			}
+		case unix.BPF_RET:
+			if f.Code != unix.BPF_RET|unix.BPF_K {
+				t.Errorf("insn %d: return 0x%04x, want BPF_RET|BPF_K", i, f.Code)
+			}
+		case unix.BPF_ALU:
+			if f.Code != unix.BPF_ALU|unix.BPF_AND|unix.BPF_K {
+				t.Errorf("insn %d: ALU 0x%04x, want only AND K", i, f.Code)
+			}
+		default:
+			t.Errorf("insn %d: unexpected class 0x%02x", i, cls)
+		}
+	}
+	if last := prog[len(prog)-1]; last.Code != unix.BPF_RET|unix.BPF_K || last.K != retAllow {
+		t.Errorf("last insn: got %+v, want RET ALLOW", last)
+	}
+	again, err := Build(Options{})
+	if err != nil || !slices.Equal(prog, again) {
+		t.Errorf("Build is not deterministic (err %v)", err)
+	}
+}
+
+// TestPolicyMatchesDenials keeps Policy (the documentation) and the
+// independent list in this test in step.
+func TestPolicyMatchesDenials(t *testing.T) {
+	pol := Policy()
+	eperm := map[string]bool{}
+	seen := map[string]bool{}
+	for _, r := range pol {
+		if r.Why == "" || r.Syscall == "" {
+			t.Errorf("rule without syscall or reason: %+v", r)
+		}
+		if r.Action == ActionErrno && r.Errno == 0 {
+			t.Errorf("errno rule without errno: %v", r)
+		}
+		seen[r.Syscall] = true
+		if r.Action == ActionErrno && r.Errno == unix.EPERM && r.When == "" {
+			eperm[r.Syscall] = true
+		}
+	}
+	for name := range deniedEPERM {
+		if !eperm[name] {
+			t.Errorf("Policy has no unconditional EPERM rule for %s", name)
+		}
+	}
+	for name := range eperm {
+		if _, ok := deniedEPERM[name]; !ok {
+			t.Errorf("Policy denies %s, which the test's list does not know", name)
+		}
+	}
+	for _, name := range []string{"*", "clone", "clone3", "socket", "socketpair", "ioctl", "personality"} {
+		if !seen[name] {
+			t.Errorf("Policy has no rule for %s", name)
+		}
+	}
+	if first := pol[0]; first.Action != ActionKillProcess {
+		t.Errorf("first rule: got %v, want the arch check (kill)", first)
+	}
+	if last := pol[len(pol)-1]; last.Syscall != "*" || last.Action != ActionAllow {
+		t.Errorf("last rule: got %v, want the default allow", last)
+	}
+}
+
+func TestActionZeroValueIsStrictest(t *testing.T) {
+	var a Action
+	if a != ActionKillProcess {
+		t.Fatalf("zero Action: got %v, want %v", a, ActionKillProcess)
+	}
+}
+
+// interestingNrs are the syscall numbers the filter treats specially, plus
+// a few it allows.
+func interestingNrs() []uint32 {
+	nrs := []uint32{unix.SYS_CLONE, unix.SYS_CLONE3, unix.SYS_SOCKET, unix.SYS_SOCKETPAIR, unix.SYS_IOCTL,
+		unix.SYS_PERSONALITY, unix.SYS_READ, unix.SYS_WRITE, unix.SYS_CONNECT}
+	for _, nr := range deniedEPERM {
+		nrs = append(nrs, nr)
+	}
+	slices.Sort(nrs)
+	return nrs
+}
+
+// FuzzFilter runs the compiled program and the reference model over
+// arbitrary seccomp_data and requires them to agree; in particular a
+// denied syscall number is never allowed, whatever its arguments.
+func FuzzFilter(f *testing.F) {
+	f.Add(uint8(0), uint32(0), uint64(unix.AF_INET), uint64(unix.SOCK_STREAM), uint64(0), uint64(0), uint64(0), uint64(0), false, false)
+	f.Add(uint8(3), uint32(0), uint64(unix.AF_UNIX), uint64(0), uint64(0), uint64(0), uint64(0), uint64(0), true, false)
+	f.Add(uint8(1), uint32(0), uint64(unix.CLONE_NEWUSER), uint64(0), uint64(0), uint64(0), uint64(0), uint64(0), false, false)
+	f.Add(uint8(200), uint32(unix.SYS_IOCTL), uint64(0), uint64(unix.TIOCSTI|hi), uint64(0), uint64(0), uint64(0), uint64(0), false, true)
+	nrs := interestingNrs()
+	vms := [2]*bpf.VM{newVM(f, Options{}), newVM(f, Options{AllowUnixSockets: true})}
+	f.Fuzz(func(t *testing.T, pick uint8, raw uint32, a0, a1, a2, a3, a4, a5 uint64, allowUnix, foreign bool) {
+		d := seccompData{nr: raw, arch: nativeArch(), ip: a5 ^ a0, args: [6]uint64{a0, a1, a2, a3, a4, a5}}
+		if int(pick) < len(nrs) {
+			d.nr = nrs[pick]
+		}
+		if foreign {
+			d.arch = raw ^ uint32(a1>>17) // rarely the native arch; the reference handles that
+		}
+		opts := Options{AllowUnixSockets: allowUnix}
+		vm := vms[0]
+		if allowUnix {
+			vm = vms[1]
+		}
+		got := runVM(t, vm, d)
+		if want := reference(d, opts); got != want {
+			t.Fatalf("nr %d arch 0x%x args %#x: got %s, want %s", d.nr, d.arch, d.args, retName(got), retName(want))
+		}
+		if d.arch == nativeArch() {
+			for _, nr := range deniedEPERM {
+				if d.nr == nr && got == retAllow {
+					t.Fatalf("denied syscall %d allowed with args %#x", nr, d.args)
+				}
+			}
+		}
+	})
+}
+
+func BenchmarkBuild(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Build(Options{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
