@@ -100,16 +100,6 @@ func synthHelper(mode string, args []string) int {
 	return 0
 }
 
-// isControl recognises the controls by name, as a helper would have to.
-func isControl(id string) bool {
-	for _, p := range []string{"fs/read-ro:", "fs/write-rw:", "net/tcp-broker:", "priv/" + opExec} {
-		if strings.HasPrefix(id, p) {
-			return true
-		}
-	}
-	return false
-}
-
 // TestConfirmJudgesReports: the one synthetic report that shows every
 // violation failing and every control succeeding yields all four
 // properties enforced; every defect in a report, however small, yields
