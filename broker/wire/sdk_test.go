@@ -14,6 +14,8 @@ import (
 	oaioption "github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
+
+	"github.com/moat-sandbox/moat/internal/strictjson"
 )
 
 // captured is one request an official SDK sent.
@@ -198,5 +200,108 @@ func TestSDKRequestsAdmitted(t *testing.T) {
 			}
 			t.Logf("%s %s stream=%v max=%d: %s", api, c.path, req.Stream, req.MaxTokens, req.Canonical)
 		}
+	}
+}
+
+// TestSDKMutationsRefused takes the SDKs' own bodies and applies one
+// forbidden change at a time: each is refused with its code, while the
+// unmutated body (TestSDKRequestsAdmitted) is admitted.
+func TestSDKMutationsRefused(t *testing.T) {
+	bodies := sdkBodies(t)
+	type obj = map[string]any
+	msgs := func(m obj, key string) []any { return m[key].([]any) }
+	tests := []struct {
+		name   string
+		api    string
+		code   string
+		mutate func(m obj)
+	}{
+		{"unknown field", APIAnthropicMessages, "unknown_field", func(m obj) { m["beta_flag"] = true }},
+		{"unknown nested field", APIAnthropicMessages, "unknown_field", func(m obj) {
+			msgs(m, "tools")[0].(obj)["input_examples"] = []any{}
+		}},
+		{"model", APIAnthropicMessages, "model_not_allowed", func(m obj) { m["model"] = "claude-opus-4-1" }},
+		{"max_tokens", APIAnthropicMessages, "max_tokens_exceeded", func(m obj) { m["max_tokens"] = 64000 }},
+		{"URL image in tool_result", APIAnthropicMessages, "url_source", func(m obj) {
+			tr := msgs(m, "messages")[2].(obj)["content"].([]any)[0].(obj)
+			tr["content"] = append(tr["content"].([]any), obj{"type": "image", "source": obj{"type": "url", "url": "https://example.com/x.png"}})
+		}},
+		{"URL document", APIAnthropicMessages, "url_source", func(m obj) {
+			u := msgs(m, "messages")[0].(obj)
+			u["content"] = append(u["content"].([]any), obj{"type": "document", "source": obj{"type": "url", "url": "https://example.com/x.pdf"}})
+		}},
+		{"server tool", APIAnthropicMessages, "server_tool", func(m obj) {
+			m["tools"] = append(msgs(m, "tools"), obj{"type": "web_search_20250305", "name": "web_search", "max_uses": 5})
+		}},
+		{"mcp servers", APIAnthropicMessages, "mcp_server", func(m obj) {
+			m["mcp_servers"] = []any{obj{"type": "url", "url": "https://mcp.example.com/sse", "name": "x"}}
+		}},
+		{"context management", APIAnthropicMessages, "context_management", func(m obj) { m["context_management"] = obj{"edits": []any{}} }},
+		{"container", APIAnthropicMessages, "server_state", func(m obj) { m["container"] = "container_1" }},
+
+		{"unknown field", APIOpenAIChat, "unknown_field", func(m obj) { m["extra_body"] = obj{} }},
+		{"model", APIOpenAIChat, "model_not_allowed", func(m obj) { m["model"] = "o3" }},
+		{"max_completion_tokens", APIOpenAIChat, "max_tokens_exceeded", func(m obj) { m["max_completion_tokens"] = 100000 }},
+		{"image URL", APIOpenAIChat, "url_source", func(m obj) {
+			msgs(m, "messages")[1].(obj)["content"] = []any{obj{"type": "image_url", "image_url": obj{"url": "https://example.com/x.png"}}}
+		}},
+		{"file id", APIOpenAIChat, "file_reference", func(m obj) {
+			msgs(m, "messages")[1].(obj)["content"] = []any{obj{"type": "file", "file": obj{"file_id": "file-abc"}}}
+		}},
+		{"web search", APIOpenAIChat, "server_tool", func(m obj) { m["web_search_options"] = obj{"search_context_size": "low"} }},
+		{"store", APIOpenAIChat, "server_state", func(m obj) { m["store"] = true }},
+
+		{"unknown field", APIOpenAIResponses, "unknown_field", func(m obj) { msgs(m, "input")[1].(obj)["secret"] = "x" }},
+		{"model", APIOpenAIResponses, "model_not_allowed", func(m obj) { m["model"] = "gpt-5-pro" }},
+		{"max_output_tokens", APIOpenAIResponses, "max_tokens_exceeded", func(m obj) { m["max_output_tokens"] = 5000 }},
+		{"input_image URL in tool output", APIOpenAIResponses, "url_source", func(m obj) {
+			msgs(m, "input")[2].(obj)["output"] = []any{obj{"type": "input_image", "image_url": "https://example.com/x.png"}}
+		}},
+		{"input_file URL", APIOpenAIResponses, "url_source", func(m obj) {
+			msgs(m, "input")[0].(obj)["content"] = []any{obj{"type": "input_file", "file_url": "https://example.com/x.pdf"}}
+		}},
+		{"input_file id", APIOpenAIResponses, "file_reference", func(m obj) {
+			msgs(m, "input")[0].(obj)["content"] = []any{obj{"type": "input_file", "file_id": "file-abc"}}
+		}},
+		{"web search tool", APIOpenAIResponses, "server_tool", func(m obj) { m["tools"] = append(msgs(m, "tools"), obj{"type": "web_search"}) }},
+		{"code interpreter", APIOpenAIResponses, "server_tool", func(m obj) {
+			m["tools"] = append(msgs(m, "tools"), obj{"type": "code_interpreter", "container": obj{"type": "auto"}})
+		}},
+		{"mcp", APIOpenAIResponses, "mcp_server", func(m obj) {
+			m["tools"] = append(msgs(m, "tools"), obj{"type": "mcp", "server_label": "x", "server_url": "https://mcp.example.com"})
+		}},
+		{"previous_response_id", APIOpenAIResponses, "server_state", func(m obj) { m["previous_response_id"] = "resp_1" }},
+		{"conversation", APIOpenAIResponses, "server_state", func(m obj) { m["conversation"] = obj{"id": "conv_1"} }},
+		{"store", APIOpenAIResponses, "server_state", func(m obj) { m["store"] = true }},
+		{"background", APIOpenAIResponses, "server_state", func(m obj) { m["background"] = true }},
+		{"prompt", APIOpenAIResponses, "server_state", func(m obj) { m["prompt"] = obj{"id": "pmpt_1"} }},
+		{"item reference", APIOpenAIResponses, "server_state", func(m obj) {
+			m["input"] = append(msgs(m, "input"), obj{"type": "item_reference", "id": "msg_1"})
+		}},
+		{"truncation auto", APIOpenAIResponses, "context_management", func(m obj) { m["truncation"] = "auto" }},
+		{"compaction item", APIOpenAIResponses, "server_compaction", func(m obj) {
+			m["input"] = append(msgs(m, "input"), obj{"type": "compaction", "encrypted_content": "x"})
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.api+"/"+tt.name, func(t *testing.T) {
+			c := bodies[tt.api][0]
+			v, err := strictjson.Decode(c.body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.mutate(v.(obj))
+			body, err := strictjson.Encode(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req, ref := Admit(tt.api, c.path, body, sdkLimits)
+			if ref == nil {
+				t.Fatalf("admitted %s, want %s", req.Canonical, tt.code)
+			}
+			if ref.Code != tt.code {
+				t.Fatalf("got %s (%s), want %s", ref.Code, ref.Message, tt.code)
+			}
+		})
 	}
 }

@@ -215,7 +215,7 @@ func reserveTokens(top map[string]any, fields []string, max int) (int, bool, *Re
 		return max, true, nil
 	case 1:
 	default:
-		return 0, false, refuse("invalid_value", "", "%s are all set, which is ambiguous; set only %s (at most %d)", strings.Join(set, " and "), fields[0], max)
+		return 0, false, refuse("invalid_value", "", "%s are both set, which is ambiguous; set only %s (at most %d)", strings.Join(set, " and "), fields[0], max)
 	}
 	f := set[0]
 	n, err := top[f].(strictjson.Number).Int64() // the schema checked it is an integer
@@ -232,7 +232,7 @@ func invalidJSON(err error) *Refusal {
 	why := err.Error()
 	var se *strictjson.Error
 	if errors.As(err, &se) {
-		why = strings.TrimPrefix(why, "strictjson: ")
+		why = strings.TrimPrefix(strings.TrimPrefix(why, "strictjson: "), "jsontext: ")
 	}
 	return refuse("invalid_json", "", "the request body is not strict JSON (%s); send one JSON object with unique member names and valid UTF-8", why)
 }
