@@ -1,0 +1,427 @@
+package broker
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/broker/wire"
+	"github.com/moat-sandbox/moat/policy"
+)
+
+// Timeouts and connection limits of the front.
+const (
+	// IdleTimeout closes a keep-alive connection that sends nothing.
+	IdleTimeout = 2 * time.Minute
+	// RequestReadTimeout bounds reading one request, head and body, from its
+	// first byte (slow clients are cut off).
+	RequestReadTimeout = 30 * time.Second
+	// WriteTimeout bounds each write to a worker that does not read.
+	WriteTimeout = time.Minute
+	// MaxConns caps concurrent worker connections; more are closed at once.
+	MaxConns = 256
+)
+
+// Journal is where the broker writes its records. *audit.Writer implements
+// it: Append returns the exact line once it is durable, and fails for ever
+// after any error.
+type Journal interface {
+	Append(audit.Record) ([]byte, error)
+}
+
+// Config configures a Broker.
+type Config struct {
+	Policy     *policy.Policy // validated
+	Journal    Journal
+	Attributor boundary.Attributor // nil: every request is attributed "unavailable"
+	// AttributionUnavailable, when non-empty, says the backend is
+	// endpoint-only; this reason is recorded on every request.
+	AttributionUnavailable string
+	// Credentials maps a provider name to its real secret. A provider
+	// without one is refused at request time ("provider_unconfigured").
+	Credentials map[string]string
+	// OnFatal is called once when the run must be cancelled: a reflected
+	// credential, a journal failure.
+	OnFatal func(reason string, err error)
+	// Upstream, when set, is the transport for every provider (tests).
+	// Default: per provider, HTTPS with the system roots plus the
+	// provider's ca_file, no proxy from the environment, plain http only to
+	// loopback addresses.
+	Upstream *http.Transport
+	// Log receives one line per decision; nil discards.
+	Log *slog.Logger
+}
+
+// Broker is the inference broker of one run.
+type Broker struct {
+	cfg      Config
+	routes   map[string]*route // endpoint path → route
+	maxReq   int64
+	used     atomic.Int64 // reserved allowance
+	log      *slog.Logger
+	ctx      context.Context
+	cancel   context.CancelFunc
+	journal  atomic.Bool // false once the journal failed
+	fatalMu  sync.Mutex
+	fatalErr error // guarded by fatalMu; set once
+	failed   atomic.Bool
+
+	// Timeouts, from the constants; tests shorten them.
+	idleTimeout, readTimeout time.Duration
+
+	mu     sync.Mutex // guards the fields below
+	closed bool
+	lns    []net.Listener
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
+}
+
+// route is one endpoint of one API and the providers that serve it.
+type route struct {
+	api       string
+	endpoint  string
+	providers []*provider
+	models    []string // union of the providers' models
+}
+
+// New checks cfg and builds a Broker. It does not listen.
+func New(cfg Config) (*Broker, error) {
+	if cfg.Policy == nil {
+		return nil, errors.New("moat: broker: no policy")
+	}
+	if cfg.Journal == nil {
+		return nil, errors.New("moat: broker: no journal")
+	}
+	b := &Broker{cfg: cfg, routes: map[string]*route{}, maxReq: int64(cfg.Policy.Inference.MaxRequests),
+		log: cfg.Log, conns: map[net.Conn]struct{}{}, idleTimeout: IdleTimeout, readTimeout: RequestReadTimeout}
+	if b.log == nil {
+		b.log = slog.New(slog.DiscardHandler)
+	}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.journal.Store(true)
+	for _, api := range []string{wire.APIAnthropicMessages, wire.APIOpenAIChat, wire.APIOpenAIResponses} {
+		var ps []*provider
+		var models []string
+		for i := range cfg.Policy.Inference.Providers {
+			pp := &cfg.Policy.Inference.Providers[i]
+			if pp.API != api {
+				continue
+			}
+			p, err := newProvider(pp, cfg.Credentials[pp.Name], cfg.Upstream)
+			if err != nil {
+				return nil, err
+			}
+			ps = append(ps, p)
+			for _, m := range pp.Models {
+				if !slices.Contains(models, m) {
+					models = append(models, m)
+				}
+			}
+		}
+		for _, ep := range wire.Endpoints(api) {
+			if _, dup := b.routes[ep]; dup {
+				return nil, fmt.Errorf("BUG: endpoint %q served by two APIs", ep)
+			}
+			b.routes[ep] = &route{api: api, endpoint: ep, providers: ps, models: models}
+		}
+	}
+	for i := range cfg.Policy.Inference.Providers {
+		pp := &cfg.Policy.Inference.Providers[i]
+		if len(wire.Endpoints(pp.API)) == 0 {
+			return nil, fmt.Errorf("moat: broker: provider %q has unknown api %q", pp.Name, pp.API)
+		}
+	}
+	return b, nil
+}
+
+// Serve accepts worker connections on l until Close. l is the listener
+// created inside the sandbox's network namespace.
+func (b *Broker) Serve(l net.Listener) error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		l.Close()
+		return net.ErrClosed
+	}
+	b.lns = append(b.lns, l)
+	b.mu.Unlock()
+	var delay time.Duration
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			b.mu.Lock()
+			closed := b.closed
+			b.mu.Unlock()
+			if closed {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				time.Sleep(delay)
+				continue
+			}
+			return fmt.Errorf("moat: broker: accept: %w", err)
+		}
+		delay = 0
+		b.mu.Lock()
+		if b.closed || len(b.conns) >= MaxConns {
+			b.mu.Unlock()
+			c.Close()
+			continue
+		}
+		b.conns[c] = struct{}{}
+		b.wg.Add(1)
+		b.mu.Unlock()
+		go func() {
+			defer b.wg.Done()
+			defer func() {
+				b.mu.Lock()
+				delete(b.conns, c)
+				b.mu.Unlock()
+				c.Close()
+			}()
+			b.serveConn(c)
+		}()
+	}
+}
+
+// Close stops accepting, cancels upstream requests, closes every worker
+// connection and waits for their handlers.
+func (b *Broker) Close() error {
+	b.mu.Lock()
+	b.closed = true
+	for _, l := range b.lns {
+		l.Close()
+	}
+	for c := range b.conns {
+		c.Close()
+	}
+	b.mu.Unlock()
+	b.cancel()
+	b.wg.Wait()
+	return nil
+}
+
+// Failed reports the fatal event that stopped all effects, or nil.
+func (b *Broker) Failed() error {
+	b.fatalMu.Lock()
+	defer b.fatalMu.Unlock()
+	return b.fatalErr
+}
+
+// fatal records the first fatal event, stops all further effects and tells
+// the supervisor. Later calls do nothing.
+func (b *Broker) fatal(reason string, err error) {
+	b.fatalMu.Lock()
+	first := b.fatalErr == nil
+	if first {
+		b.fatalErr = fmt.Errorf("%s: %w", reason, err)
+		b.failed.Store(true)
+	}
+	b.fatalMu.Unlock()
+	if !first {
+		return
+	}
+	b.log.Error("moat.broker fatal", "reason", reason, "error", err.Error())
+	if b.cfg.OnFatal != nil {
+		b.cfg.OnFatal(reason, err)
+	}
+}
+
+// append writes rec, or reports false after turning a failure into the
+// run's fatal event. Once the journal failed nothing is written again.
+func (b *Broker) append(rec audit.Record) ([]byte, bool) {
+	if !b.journal.Load() {
+		return nil, false
+	}
+	line, err := b.cfg.Journal.Append(rec)
+	if err != nil {
+		b.journal.Store(false)
+		b.fatal("audit_failure", err)
+		return nil, false
+	}
+	return line, true
+}
+
+func (b *Broker) attribute(c net.Conn) audit.Attribution {
+	switch {
+	case b.cfg.AttributionUnavailable != "":
+		return audit.Attribution{Status: "unavailable", Reason: b.cfg.AttributionUnavailable}
+	case b.cfg.Attributor == nil:
+		return audit.Attribution{Status: "unavailable", Reason: "no attributor configured"}
+	}
+	return b.cfg.Attributor.Attribute(c)
+}
+
+// conn is one worker connection.
+type conn struct {
+	c  net.Conn
+	br *bufio.Reader
+	bw *bufio.Writer
+}
+
+func (w *conn) Write(p []byte) (int, error) {
+	w.c.SetWriteDeadline(time.Now().Add(WriteTimeout))
+	return w.c.Write(p)
+}
+
+func (b *Broker) serveConn(c net.Conn) {
+	w := &conn{c: c, br: bufio.NewReaderSize(c, frontBufferBytes)}
+	w.bw = bufio.NewWriter(w)
+	for {
+		c.SetReadDeadline(time.Now().Add(b.idleTimeout))
+		if _, err := w.br.Peek(1); err != nil {
+			return // closed or idle between requests: not a request
+		}
+		c.SetReadDeadline(time.Now().Add(b.readTimeout))
+		req, err := readRequest(w.br, w)
+		c.SetReadDeadline(time.Time{})
+		if err != nil {
+			var fe *frontError
+			if !errors.As(err, &fe) {
+				return
+			}
+			b.refuse(w, "", newRequestID(), "", "", fe)
+			return
+		}
+		if !b.handle(w, req) || req.close {
+			return
+		}
+	}
+}
+
+// handle serves one framed request and reports whether the connection
+// may be kept.
+func (b *Broker) handle(w *conn, req *request) bool {
+	id := newRequestID()
+	rt, ok := b.routes[req.path]
+	if !ok {
+		b.refuse(w, "", id, "", req.path, refuse(ReasonPathNotAllowed, 404,
+			"path %q is not served; moat serves %s", clip(req.path), strings.Join(b.endpoints(), ", ")))
+		return false
+	}
+	if req.method != http.MethodPost {
+		b.refuse(w, rt.api, id, "", rt.endpoint, refuse(ReasonMethod, 405, "method %s is not allowed on %s; use POST", clip(req.method), rt.endpoint))
+		return false
+	}
+	if b.failed.Load() {
+		b.refuse(w, rt.api, id, "", rt.endpoint, refuse(ReasonRunFailed, 503, "the run was stopped after a fatal event (%v); no further requests are possible", b.Failed()))
+		return false
+	}
+	if len(rt.providers) == 0 {
+		b.refuse(w, rt.api, id, "", rt.endpoint, refuse(ReasonAPINotConfigured, 404, "the policy configures no provider for the %s API (endpoint %s)", rt.api, rt.endpoint))
+		return false
+	}
+	fwd, fe := checkHeaders(rt.api, req)
+	if fe != nil {
+		b.refuse(w, rt.api, id, "", rt.endpoint, fe)
+		return false
+	}
+	adm, rf := wire.Admit(rt.api, rt.endpoint, req.body, wire.Limits{Models: rt.models, MaxOutputTokens: b.cfg.Policy.Inference.MaxOutputTokens})
+	if rf != nil {
+		b.refuse(w, rt.api, id, "", rt.endpoint, &frontError{Code: rf.Code, Status: 400, Msg: rf.Message})
+		return false
+	}
+	if adm == nil {
+		b.refuse(w, rt.api, id, "", rt.endpoint, refuse(ReasonInternal, 500, "BUG: admission returned neither a request nor a refusal"))
+		return false
+	}
+	p := rt.pick(adm.Model)
+	if p == nil {
+		b.refuse(w, rt.api, id, "", rt.endpoint, refuse(ReasonInternal, 500, "BUG: admitted model %q has no provider", adm.Model))
+		return false
+	}
+	if p.cred == "" {
+		b.refuse(w, rt.api, id, p.name, rt.endpoint, refuse(ReasonProviderUnconfigured, 503,
+			"provider %q has no credential: the operator must set %s in moat's environment", p.name, p.credEnv))
+		return false
+	}
+	if !b.reserve() {
+		b.refuse(w, rt.api, id, p.name, rt.endpoint, refuse(ReasonAllowanceExhausted, 429,
+			"the run's request allowance (max_requests %d) is used up; no further model requests are possible in this run", b.maxReq))
+		return false
+	}
+	return b.forward(w, rt, p, req, adm, fwd, id)
+}
+
+// reserve takes one unit of the run's allowance; a reservation is never
+// returned, even when the request fails later.
+func (b *Broker) reserve() bool {
+	for {
+		n := b.used.Load()
+		if n >= b.maxReq {
+			return false
+		}
+		if b.used.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+func (b *Broker) endpoints() []string {
+	var eps []string
+	for ep, rt := range b.routes {
+		if len(rt.providers) > 0 {
+			eps = append(eps, ep)
+		}
+	}
+	slices.Sort(eps)
+	if len(eps) == 0 {
+		return []string{"nothing (the policy configures no provider)"}
+	}
+	return eps
+}
+
+// pick chooses the provider for model: the first, in policy order, that
+// lists it.
+func (rt *route) pick(model string) *provider {
+	for _, p := range rt.providers {
+		if slices.Contains(p.models, model) {
+			return p
+		}
+	}
+	return nil
+}
+
+// Reasons decided by the broker after framing.
+const (
+	ReasonPathNotAllowed       = "path_not_allowed"
+	ReasonMethod               = "method_not_allowed"
+	ReasonAPINotConfigured     = "api_not_configured"
+	ReasonProviderUnconfigured = "provider_unconfigured"
+	ReasonAllowanceExhausted   = "allowance_exhausted"
+	ReasonRunFailed            = "run_failed"
+	ReasonInternal             = "internal_error"
+)
+
+// refuse journals an inference.refused record, logs one line and answers
+// in the API's shape; the connection is then closed.
+func (b *Broker) refuse(w *conn, api, id, provider, endpoint string, fe *frontError) {
+	msg := "moat: refused: " + fe.Msg
+	b.log.Info("moat.broker refused", "request_id", id, "reason", fe.Code, "provider", provider, "endpoint", endpoint, "detail", fe.Msg)
+	if fe.Code != ReasonRunFailed || b.journal.Load() {
+		b.append(audit.InferenceRefused{RequestID: id, Reason: fe.Code, Detail: msg,
+			Provider: provider, Endpoint: endpoint, Attribution: b.attribute(w.c)})
+	}
+	writeError(w.bw, api, fe.Status, fe.Code, msg, id)
+}
+
+func newRequestID() string {
+	var r [12]byte
+	rand.Read(r[:])
+	return "moatreq_" + hex.EncodeToString(r[:])
+}

@@ -1,0 +1,658 @@
+package broker
+
+import (
+	"bufio"
+	"compress/gzip"
+	"compress/zlib"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/policy"
+)
+
+// TestCredentialInjection: worker headers are dropped or refused, the real
+// credential is added in each API's header, and the provider sees nothing
+// else.
+func TestCredentialInjection(t *testing.T) {
+	h := newHarness(t, 10)
+	allowed := []string{"Content-Type", "Content-Length", "Accept", "Accept-Encoding", "User-Agent", "Moat-Pre-Effect",
+		"Anthropic-Version", "Anthropic-Beta", "X-Api-Key", "Authorization"}
+	noise := []string{"Accept-Encoding: gzip", "User-Agent: Anthropic/Go 9.9", "X-Stainless-Os: Linux", "X-Stainless-Retry-Count: 0",
+		"Traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "X-Request-Id: leak", "Openai-Organization: org-x",
+		"Openai-Beta: assistants=v2", "Helicone-Auth: Bearer x", "Idempotency-Key: free-text-channel"}
+
+	t.Run("anthropic", func(t *testing.T) {
+		extra := append([]string{"Anthropic-Version: 2023-06-01", "Anthropic-Beta: interleaved-thinking-2025-05-14"}, noise...)
+		if r := h.raw(post("/v1/messages", anthropicBody, extra...)); r.status != 200 {
+			t.Fatalf("status %d: %s", r.status, r.body)
+		}
+		s := h.fp.last()
+		checkOnly(t, s.header, allowed)
+		if got := s.header.Get("X-Api-Key"); got != testCred {
+			t.Errorf("provider X-Api-Key = %q, want the real credential", got)
+		}
+		if got := s.header.Get("Authorization"); got != "" {
+			t.Errorf("provider Authorization = %q, want none", got)
+		}
+		if got := s.header.Get("Anthropic-Version"); got != "2023-06-01" {
+			t.Errorf("anthropic-version = %q, want forwarded", got)
+		}
+		if got := s.header.Get("Anthropic-Beta"); got != "interleaved-thinking-2025-05-14" {
+			t.Errorf("anthropic-beta = %q, want forwarded", got)
+		}
+		if got := s.header.Get("User-Agent"); got != brokerUserAgent {
+			t.Errorf("User-Agent = %q, want the broker's", got)
+		}
+	})
+	t.Run("openai", func(t *testing.T) {
+		raw := "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer moat-placeholder\r\nContent-Type: application/json\r\n" +
+			strings.Join(append(noise, "Anthropic-Version: 2023-06-01"), "\r\n") + fmt.Sprintf("\r\nContent-Length: %d\r\n\r\n%s", len(chatBody), chatBody)
+		r := h.raw(raw)
+		if r.status != 200 {
+			t.Fatalf("status %d: %s", r.status, r.body)
+		}
+		s := h.fp.last()
+		checkOnly(t, s.header, allowed)
+		if got := s.header.Get("Authorization"); got != "Bearer "+testCredOA {
+			t.Errorf("provider Authorization = %q, want the real credential", got)
+		}
+		if got := s.header.Get("X-Api-Key") + s.header.Get("Anthropic-Version"); got != "" {
+			t.Errorf("provider saw anthropic headers %q on an openai request", got)
+		}
+		if strings.Contains(r.body, testCredOA) || strings.Contains(fmt.Sprint(r.header), testCredOA) {
+			t.Errorf("the worker saw the credential")
+		}
+	})
+}
+
+func checkOnly(t *testing.T, h http.Header, allowed []string) {
+	t.Helper()
+	for name := range h {
+		if !slices.Contains(allowed, name) {
+			t.Errorf("provider saw header %s: %q, want only %v", name, h.Get(name), allowed)
+		}
+	}
+}
+
+// TestAllowanceRace: 50 connections race for an allowance of 100. Exactly
+// 100 requests reach the provider, with exactly 100 pre-effect records;
+// exhaustion survives reconnects.
+func TestAllowanceRace(t *testing.T) {
+	const conns, allowance = 50, 100
+	h := newHarness(t, allowance)
+	var mu sync.Mutex
+	ok, refused := 0, 0
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.Dial("tcp", h.addr)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(60 * time.Second))
+			br := bufio.NewReader(c)
+			<-start
+			for {
+				if _, err := io.WriteString(c, post("/v1/messages", anthropicBody)); err != nil {
+					t.Error(err)
+					return
+				}
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				io.ReadAll(resp.Body)
+				mu.Lock()
+				if resp.StatusCode == 200 {
+					ok++
+				} else {
+					refused++
+				}
+				mu.Unlock()
+				if resp.StatusCode != 200 {
+					if resp.StatusCode != 429 {
+						t.Errorf("status %d, want 200 or 429", resp.StatusCode)
+					}
+					return
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if ok != allowance || refused != conns {
+		t.Errorf("got %d successes and %d refusals, want %d and %d", ok, refused, allowance, conns)
+	}
+	if got := h.fp.count(); got != allowance {
+		t.Errorf("provider saw %d requests, want %d", got, allowance)
+	}
+	if got := len(h.records(audit.TypeInferenceRequested)); got != allowance {
+		t.Errorf("%d inference.requested records, want %d", got, allowance)
+	}
+	for _, r := range h.records(audit.TypeInferenceRefused) {
+		if r["reason"] != ReasonAllowanceExhausted {
+			t.Errorf("refusal reason %v, want %s", r["reason"], ReasonAllowanceExhausted)
+		}
+	}
+	if r := h.raw(post("/v1/messages", anthropicBody)); r.status != 429 {
+		t.Errorf("after reconnecting: status %d, want 429 (allowance exhausted)", r.status)
+	}
+	h.j.verifyAll(t)
+}
+
+// TestAllowanceCountsFailures: a reservation is consumed even when the
+// provider fails.
+func TestAllowanceCountsFailures(t *testing.T) {
+	h := newHarness(t, 2)
+	h.fp.setRespond(func(w http.ResponseWriter, r *http.Request, body []byte) {
+		hj, _ := w.(http.Hijacker)
+		c, _, _ := hj.Hijack()
+		c.Close()
+	})
+	if r := h.raw(post("/v1/messages", anthropicBody)); r.status != 502 {
+		t.Fatalf("failing upstream: status %d, want 502", r.status)
+	}
+	if rec := h.lastRecord(); rec["type"] != audit.TypeInferenceFailed || rec["reason"] != ReasonUpstreamError {
+		t.Errorf("last record %v/%v, want inference.failed/%s", rec["type"], rec["reason"], ReasonUpstreamError)
+	}
+	h.fp.setRespond(nil)
+	h.mustSucceed()
+	if r := h.raw(post("/v1/messages", anthropicBody)); r.status != 429 {
+		t.Errorf("third request with allowance 2: status %d, want 429", r.status)
+	}
+}
+
+// TestZeroAllowanceDenies: the zero value of max_requests allows nothing.
+func TestZeroAllowanceDenies(t *testing.T) {
+	h := newHarness(t, 0)
+	if r := h.raw(post("/v1/messages", anthropicBody)); r.status != 429 {
+		t.Errorf("status %d, want 429", r.status)
+	}
+	if h.fp.count() != 0 {
+		t.Errorf("provider reached with max_requests 0")
+	}
+}
+
+// TestAuditFaultUnit: when the journal fails, the request is not sent, the
+// run is failed through OnFatal, and nothing is sent afterwards.
+func TestAuditFaultUnit(t *testing.T) {
+	h := newHarness(t, 10)
+	h.mustSucceed()
+	h.j.setFail(errors.New("disk on fire"))
+	r := h.raw(post("/v1/messages", anthropicBody))
+	if r.status != 503 || !strings.Contains(r.body, ReasonAuditFailure) {
+		t.Errorf("faulted request: status %d body %s, want 503 %s", r.status, r.body, ReasonAuditFailure)
+	}
+	if got := h.fp.count(); got != 1 {
+		t.Errorf("provider saw %d requests, want 1 (the one before the fault)", got)
+	}
+	expectFatal(t, h, "audit_failure")
+	h.j.setFail(nil) // even if storage recovers, the run stays failed
+	if r := h.raw(post("/v1/messages", anthropicBody)); r.status != 503 {
+		t.Errorf("after the fault: status %d, want 503", r.status)
+	}
+	if got := h.fp.count(); got != 1 {
+		t.Errorf("provider saw %d requests after the fault, want 1", got)
+	}
+	if h.b.Failed() == nil {
+		t.Errorf("Failed() = nil after an audit fault")
+	}
+}
+
+func expectFatal(t *testing.T, h *harness, reason string) {
+	t.Helper()
+	select {
+	case got := <-h.fatal:
+		if got != reason {
+			t.Errorf("OnFatal(%q), want %q", got, reason)
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("OnFatal not called, want %q", reason)
+	}
+}
+
+// TestRedirectNotFollowed: a 3xx fails the request, and the redirect target
+// observes nothing.
+func TestRedirectNotFollowed(t *testing.T) {
+	var hits int
+	var mu sync.Mutex
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hits++
+		mu.Unlock()
+	}))
+	defer target.Close()
+	h := newHarness(t, 20)
+	for _, code := range []int{301, 302, 303, 307, 308} {
+		t.Run(fmt.Sprint(code), func(t *testing.T) {
+			h.fp.setRespond(func(w http.ResponseWriter, r *http.Request, body []byte) {
+				http.Redirect(w, r, target.URL+"/v1/messages", code)
+			})
+			r := h.raw(post("/v1/messages", anthropicBody))
+			if r.status != 502 || !strings.Contains(r.body, ReasonUpstreamRedirect) {
+				t.Errorf("status %d body %s, want 502 %s", r.status, r.body, ReasonUpstreamRedirect)
+			}
+			if rec := h.lastRecord(); rec["type"] != audit.TypeInferenceFailed || rec["reason"] != ReasonUpstreamRedirect {
+				t.Errorf("last record %v/%v, want inference.failed/%s", rec["type"], rec["reason"], ReasonUpstreamRedirect)
+			}
+			mu.Lock()
+			if hits != 0 {
+				t.Errorf("redirect target saw %d requests, want 0", hits)
+			}
+			mu.Unlock()
+			h.fp.setRespond(nil)
+			h.mustSucceed()
+		})
+	}
+}
+
+// TestUpstreamEncoding: gzip and deflate are decoded for the worker, other
+// codings are withheld (not fatal).
+func TestUpstreamEncoding(t *testing.T) {
+	h := newHarness(t, 20)
+	msg := `{"id":"m","type":"message","usage":{"input_tokens":1,"output_tokens":2}}`
+	for _, enc := range []string{"gzip", "deflate"} {
+		t.Run(enc, func(t *testing.T) {
+			h.fp.setRespond(func(w http.ResponseWriter, r *http.Request, body []byte) {
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Content-Encoding", enc)
+				compress(w, enc, msg)
+			})
+			r := h.raw(post("/v1/messages", anthropicBody))
+			if r.status != 200 || r.body != msg {
+				t.Errorf("status %d body %q, want 200 and the decoded body", r.status, r.body)
+			}
+		})
+	}
+	t.Run("br", func(t *testing.T) {
+		h.fp.setRespond(func(w http.ResponseWriter, r *http.Request, body []byte) {
+			w.Header().Set("Content-Encoding", "br")
+			io.WriteString(w, "\x0b\x02\x80")
+		})
+		r := h.raw(post("/v1/messages", anthropicBody))
+		if r.status != 502 || !strings.Contains(r.body, ReasonUpstreamEncoding) {
+			t.Errorf("status %d body %s, want 502 %s", r.status, r.body, ReasonUpstreamEncoding)
+		}
+		h.fp.setRespond(nil)
+		h.mustSucceed()
+	})
+}
+
+func compress(w io.Writer, enc, s string) {
+	var zw io.WriteCloser
+	if enc == "gzip" {
+		zw = gzip.NewWriter(w)
+	} else {
+		zw = zlib.NewWriter(w)
+	}
+	io.WriteString(zw, s)
+	zw.Close()
+}
+
+// TestCompletedRecord: status, sha256, size and usage of a plain and a
+// streamed response.
+func TestCompletedRecord(t *testing.T) {
+	h := newHarness(t, 10)
+	r := h.raw(post("/v1/messages", anthropicBody))
+	if r.status != 200 {
+		t.Fatalf("status %d", r.status)
+	}
+	rec := h.lastRecord()
+	if rec["type"] != audit.TypeInferenceCompleted || rec["status"] != 200.0 || rec["response_bytes"] != float64(len(r.body)) {
+		t.Errorf("record %v, want inference.completed status 200 bytes %d", rec, len(r.body))
+	}
+	if u := rec["usage"].(map[string]any); u["input_tokens"] != 3.0 || u["output_tokens"] != 5.0 {
+		t.Errorf("usage %v, want 3/5", u)
+	}
+	r = h.raw(post("/v1/chat/completions", chatBody, "Authorization: Bearer moat-placeholder"))
+	if u := h.lastRecord()["usage"].(map[string]any); r.status != 200 || u["input_tokens"] != 4.0 || u["output_tokens"] != 6.0 {
+		t.Errorf("chat: status %d usage %v, want 200 and 4/6", r.status, u)
+	}
+	body := strings.Replace(anthropicBody, `{"model"`, `{"stream":true,"model"`, 1)
+	r = h.raw(post("/v1/messages", body))
+	rec = h.lastRecord()
+	if u := rec["usage"].(map[string]any); r.status != 200 || u["input_tokens"] != 11.0 || u["output_tokens"] != 12.0 {
+		t.Errorf("stream: status %d usage %v, want 200 and 11/12", r.status, u)
+	}
+	if want := strings.Join(anthropicStream("claude-test"), ""); r.body != want {
+		t.Errorf("stream body %q, want %q", r.body, want)
+	}
+}
+
+// TestStreamPassThrough: the first SSE event reaches the worker while the
+// provider is still holding the rest.
+func TestStreamPassThrough(t *testing.T) {
+	h := newHarness(t, 10)
+	release := make(chan struct{})
+	h.fp.setRespond(func(w http.ResponseWriter, r *http.Request, body []byte) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		evs := anthropicStream("claude-test")
+		io.WriteString(w, evs[0])
+		w.(http.Flusher).Flush()
+		<-release
+		for _, e := range evs[1:] {
+			io.WriteString(w, e)
+		}
+	})
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	body := strings.Replace(anthropicBody, `{"model"`, `{"stream":true,"model"`, 1)
+	io.WriteString(c, post("/v1/messages", body))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make([]byte, len(anthropicStream("claude-test")[0]))
+	if _, err := io.ReadFull(resp.Body, first); err != nil {
+		t.Fatalf("first event did not arrive while the provider held the rest: %v", err)
+	}
+	close(release)
+	rest, _ := io.ReadAll(resp.Body)
+	if got, want := string(first)+string(rest), strings.Join(anthropicStream("claude-test"), ""); got != want {
+		t.Errorf("stream %q, want %q", got, want)
+	}
+}
+
+// TestReflection: a response carrying the credential, in any of the forms
+// the guard covers, is withheld: the worker gets an error and never the
+// credential, OnFatal fires, inference.failed is journaled and no further
+// request reaches the provider. A near miss passes in the same setup.
+func TestReflection(t *testing.T) {
+	esc := func(s string) string { // every byte as \u00XX
+		var b strings.Builder
+		for i := 0; i < len(s); i++ {
+			fmt.Fprintf(&b, `\u%04X`, s[i])
+		}
+		return b.String()
+	}
+	slashCred := "sk-test/REAL/cred-0123456789"
+	sse := func(parts ...string) func(w http.ResponseWriter, r *http.Request, body []byte) {
+		return func(w http.ResponseWriter, r *http.Request, body []byte) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			for _, p := range parts {
+				io.WriteString(w, p)
+				w.(http.Flusher).Flush()
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}
+	plain := func(s string) func(w http.ResponseWriter, r *http.Request, body []byte) {
+		return func(w http.ResponseWriter, r *http.Request, body []byte) {
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, s)
+		}
+	}
+	tests := []struct {
+		name    string
+		cred    string
+		respond func(cred string) func(w http.ResponseWriter, r *http.Request, body []byte)
+	}{
+		{"raw in body", testCred, func(c string) func(http.ResponseWriter, *http.Request, []byte) {
+			return plain(`{"error":{"message":"bad key ` + c + `"}}`)
+		}},
+		{"unicode-escaped", testCred, func(c string) func(http.ResponseWriter, *http.Request, []byte) {
+			return plain(`{"text":"` + esc(c) + `"}`)
+		}},
+		{"slash-escaped", slashCred, func(c string) func(http.ResponseWriter, *http.Request, []byte) {
+			return plain(`{"text":"` + strings.ReplaceAll(c, "/", `\/`) + `"}`)
+		}},
+		{"double-escaped", testCred, func(c string) func(http.ResponseWriter, *http.Request, []byte) {
+			return plain(`{"args":"{\"k\":\"` + strings.ReplaceAll(esc(c), `\`, `\\`) + `\"}"}`)
+		}},
+		{"in a header", testCred, func(c string) func(http.ResponseWriter, *http.Request, []byte) {
+			return func(w http.ResponseWriter, r *http.Request, body []byte) {
+				w.Header().Set("X-Debug", "key="+c)
+				io.WriteString(w, `{}`)
+			}
+		}},
+		{"gzip body", testCred, func(c string) func(http.ResponseWriter, *http.Request, []byte) {
+			return func(w http.ResponseWriter, r *http.Request, body []byte) {
+				w.Header().Set("Content-Encoding", "gzip")
+				compress(w, "gzip", `{"text":"`+c+`"}`)
+			}
+		}},
+		{"split across SSE chunks", testCred, func(c string) func(http.ResponseWriter, *http.Request, []byte) {
+			return sse("event: message_start\ndata: {}\n\n", "data: {\"text\":\""+c[:10], c[10:20], c[20:]+"\"}\n\n")
+		}},
+		{"escaped and split in SSE", testCred, func(c string) func(http.ResponseWriter, *http.Request, []byte) {
+			e := esc(c)
+			return sse("data: {\"text\":\""+e[:13], e[13:77], e[77:]+"\"}\n\n")
+		}},
+		{"gzip SSE", testCred, func(c string) func(http.ResponseWriter, *http.Request, []byte) {
+			return func(w http.ResponseWriter, r *http.Request, body []byte) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				w.Header().Set("Content-Encoding", "gzip")
+				zw := gzip.NewWriter(w)
+				io.WriteString(zw, "data: {\"text\":\""+c[:5])
+				zw.Flush()
+				w.(http.Flusher).Flush()
+				io.WriteString(zw, c[5:]+"\"}\n\n")
+				zw.Close()
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, 10, func(c *Config) { c.Credentials["anthropic"] = tc.cred })
+			miss := tc.cred[:len(tc.cred)-1] + string(tc.cred[len(tc.cred)-1]^1)
+			h.fp.setRespond(tc.respond(miss))
+			if r := h.raw(post("/v1/messages", anthropicBody)); r.status != 200 || strings.Contains(r.body, "moat:") {
+				t.Fatalf("near miss: status %d body %q, want it passed through", r.status, r.body)
+			}
+			h.fp.setRespond(tc.respond(tc.cred))
+			got := h.rawAll(post("/v1/messages", anthropicBody))
+			if strings.Contains(got, tc.cred) || strings.Contains(got, esc(tc.cred)) {
+				t.Errorf("the worker received the credential: %q", got)
+			}
+			if !strings.Contains(got, ReasonCredentialReflect) {
+				t.Errorf("worker got %q, want an error naming %s", got, ReasonCredentialReflect)
+			}
+			expectFatal(t, h, ReasonCredentialReflect)
+			if rec := h.records(audit.TypeInferenceFailed); len(rec) != 1 || rec[0]["reason"] != ReasonCredentialReflect {
+				t.Errorf("inference.failed records %v, want one with reason %s", rec, ReasonCredentialReflect)
+			}
+			for _, l := range h.j.lines() {
+				if strings.Contains(string(l), tc.cred) {
+					t.Errorf("the journal holds the credential")
+				}
+			}
+			n := h.fp.count()
+			h.fp.setRespond(nil)
+			if r := h.raw(post("/v1/messages", anthropicBody)); r.status != 503 {
+				t.Errorf("request after the reflection: status %d, want 503", r.status)
+			}
+			if h.fp.count() != n {
+				t.Errorf("a request reached the provider after the reflection")
+			}
+		})
+	}
+}
+
+// rawAll sends raw and returns everything the broker wrote until it closed.
+func (h *harness) rawAll(in string) string {
+	h.t.Helper()
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	io.WriteString(c, in)
+	b, _ := io.ReadAll(c)
+	return string(b)
+}
+
+// TestErrorShapes: refusals come in the API's own error shape.
+func TestErrorShapes(t *testing.T) {
+	h := newHarness(t, 10)
+	bad := strings.Replace(anthropicBody, "claude-test", "claude-other", 1)
+	r := h.raw(post("/v1/messages", bad))
+	var a struct {
+		Type  string `json:"type"`
+		Error struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(r.body), &a); err != nil || r.status != 400 || a.Type != "error" || a.Error.Type != "invalid_request_error" || !strings.HasPrefix(a.Error.Message, "moat: refused: ") {
+		t.Errorf("anthropic refusal: status %d body %s, want Anthropic's error shape", r.status, r.body)
+	}
+	bad = strings.Replace(chatBody, "gpt-test", "gpt-other", 1)
+	r = h.raw(post("/v1/chat/completions", bad, "Authorization: Bearer moat-placeholder"))
+	var o struct {
+		Error struct {
+			Type    string `json:"type"`
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(r.body), &o); err != nil || r.status != 400 || o.Error.Type != "invalid_request_error" || o.Error.Code == "" || !strings.HasPrefix(o.Error.Message, "moat: refused: ") {
+		t.Errorf("openai refusal: status %d body %s, want OpenAI's error shape", r.status, r.body)
+	}
+	if rec := h.lastRecord(); rec["type"] != audit.TypeInferenceRefused || rec["reason"] != o.Error.Code {
+		t.Errorf("journal %v/%v, want inference.refused with the code the worker got (%s)", rec["type"], rec["reason"], o.Error.Code)
+	}
+	if h.fp.count() != 0 {
+		t.Errorf("provider reached by a refused request")
+	}
+	h.mustSucceed()
+}
+
+// TestRouting: with two providers of one API, the model picks the provider;
+// a provider without a credential is refused.
+func TestRouting(t *testing.T) {
+	a, b := newFakeProvider(t, false), newFakeProvider(t, false)
+	pol := &policy.Policy{Inference: policy.Inference{MaxRequests: 10, MaxOutputTokens: 100, Providers: []policy.Provider{
+		{Name: "a", API: "anthropic-messages", BaseURL: a.srv.URL, Models: []string{"claude-test"}},
+		{Name: "b", API: "anthropic-messages", BaseURL: b.srv.URL + "/prefix/", Models: []string{"claude-b"}},
+		{Name: "c", API: "anthropic-messages", BaseURL: b.srv.URL, CredentialEnv: "C_KEY", Models: []string{"claude-c"}},
+	}}}
+	h := startBroker(t, a, pol, nil, func(c *Config) { c.Credentials = map[string]string{"a": testCred, "b": testCred + "b"} })
+	b.verify = h.j.verify
+	if r := h.raw(post("/v1/messages", anthropicBody)); r.status != 200 || a.count() != 1 || b.count() != 0 {
+		t.Errorf("claude-test: status %d, a %d b %d, want 200 via a", r.status, a.count(), b.count())
+	}
+	r := h.raw(post("/v1/messages", strings.Replace(anthropicBody, "claude-test", "claude-b", 1)))
+	if r.status != 404 || b.count() != 1 || b.last().path != "/prefix/v1/messages" || b.last().header.Get("X-Api-Key") != testCred+"b" {
+		t.Errorf("claude-b: status %d, b %d path %q, want b at /prefix/v1/messages with b's key", r.status, b.count(), b.last().path)
+	}
+	r = h.raw(post("/v1/messages", strings.Replace(anthropicBody, "claude-test", "claude-c", 1)))
+	if r.status != 503 || !strings.Contains(r.body, "C_KEY") || b.count() != 1 {
+		t.Errorf("provider without credential: status %d body %s, want 503 naming C_KEY", r.status, r.body)
+	}
+	r = h.raw(post("/v1/responses", `{"model":"gpt-test","input":"hi"}`, "Authorization: Bearer moat-placeholder"))
+	if r.status != 404 || !strings.Contains(r.body, ReasonAPINotConfigured) {
+		t.Errorf("API without provider: status %d body %s, want 404 %s", r.status, r.body, ReasonAPINotConfigured)
+	}
+}
+
+// TestTLSProvider: an HTTPS provider is trusted through its ca_file, and
+// not without it.
+func TestTLSProvider(t *testing.T) {
+	fp := newFakeProvider(t, true)
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	cert := fp.srv.Certificate()
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pol := testPolicy(fp.srv.URL, 10)
+	pol.Inference.Providers[0].CAFile = caFile
+	h := startBroker(t, fp, pol, nil)
+	h.mustSucceed()
+	if !strings.HasPrefix(fp.srv.URL, "https://127.0.0.1:") {
+		t.Fatalf("fake provider at %s, want https on 127.0.0.1", fp.srv.URL)
+	}
+
+	pol2 := testPolicy(fp.srv.URL, 10) // same provider, no ca_file
+	h2 := startBroker(t, fp, pol2, nil)
+	n := fp.count()
+	r := h2.raw(post("/v1/messages", anthropicBody))
+	if r.status != 502 || !strings.Contains(r.body, ReasonUpstreamError) || fp.count() != n {
+		t.Errorf("without ca_file: status %d body %s, want 502 %s and no request", r.status, r.body, ReasonUpstreamError)
+	}
+}
+
+// TestNewRefusesBadUpstreams: plain http to a non-loopback host, odd
+// schemes, credentials in URLs and weak credentials are refused by New,
+// and the loopback and https forms are accepted.
+func TestNewRefusesBadUpstreams(t *testing.T) {
+	tests := []struct {
+		base, cred string
+		ok         bool
+	}{
+		{"https://api.anthropic.com", testCred, true},
+		{"http://127.0.0.1:1", testCred, true},
+		{"http://[::1]:1", testCred, true},
+		{"http://localhost:1", testCred, true},
+		{"http://api.anthropic.com", testCred, false},
+		{"http://10.0.0.1", testCred, false},
+		{"ftp://127.0.0.1", testCred, false},
+		{"https://user:pw@api.anthropic.com", testCred, false},
+		{"https://api.anthropic.com?key=x", testCred, false},
+		{"https://api.anthropic.com", "short", false},
+		{"https://api.anthropic.com", "has space-in-it", false},
+		{"https://api.anthropic.com", "", true}, // refused per request instead
+	}
+	for _, tc := range tests {
+		pol := testPolicy(tc.base, 1)
+		_, err := New(Config{Policy: pol, Journal: &testJournal{}, Credentials: map[string]string{"anthropic": tc.cred, "openai": testCredOA, "openai-r": testCredOA}})
+		if (err == nil) != tc.ok {
+			t.Errorf("New(base %q, cred %q) error %v, want ok=%v", tc.base, tc.cred, err, tc.ok)
+		}
+	}
+}
+
+// TestAttribution: the attributor's answer, or the backend's declared
+// reason, is recorded on every request.
+func TestAttribution(t *testing.T) {
+	h := newHarness(t, 10, func(c *Config) { c.AttributionUnavailable = "endpoint-only backend" })
+	h.mustSucceed()
+	a := h.records(audit.TypeInferenceRequested)[0]["attribution"].(map[string]any)
+	if a["status"] != "unavailable" || a["reason"] != "endpoint-only backend" {
+		t.Errorf("attribution %v, want unavailable with the backend's reason", a)
+	}
+	h2 := newHarness(t, 10, func(c *Config) { c.Attributor = fixedAttributor{PID: 42, Status: "resolved", Executable: "/bin/agent"} })
+	h2.mustSucceed()
+	a = h2.records(audit.TypeInferenceRequested)[0]["attribution"].(map[string]any)
+	if a["status"] != "resolved" || a["pid"] != 42.0 {
+		t.Errorf("attribution %v, want the attributor's answer", a)
+	}
+}
+
+type fixedAttributor audit.Attribution
+
+func (f fixedAttributor) Attribute(net.Conn) audit.Attribution { return audit.Attribution(f) }
+
+// TestWorkloadEnv pins the variables the SDKs read.
+func TestWorkloadEnv(t *testing.T) {
+	got := WorkloadEnv(4711, nil)
+	want := []string{"ANTHROPIC_BASE_URL=http://127.0.0.1:4711", "ANTHROPIC_API_KEY=" + Placeholder,
+		"OPENAI_BASE_URL=http://127.0.0.1:4711/v1", "OPENAI_API_KEY=" + Placeholder}
+	if !slices.Equal(got, want) {
+		t.Errorf("WorkloadEnv = %v, want %v", got, want)
+	}
+}
