@@ -1,0 +1,120 @@
+// Package audit writes and verifies moat's signed, hash-chained run journal.
+//
+// # Files
+//
+// Create makes a run directory (mode 0700) holding two files:
+//
+//	pubkey.pem     the run's Ed25519 public key: one PEM block of type
+//	               "PUBLIC KEY" holding its PKIX DER (RFC 8410), as
+//	               `openssl pkey -pubin` reads it
+//	journal.jsonl  the journal, mode 0600
+//
+// The private key is generated per run by Create, lives only in the Writer's
+// memory, and is never written anywhere.
+//
+// # Journal
+//
+// The journal is a sequence of lines. Each line is one envelope followed by
+// one LF (0x0A). No other byte separates lines: no CR, no blank line, no
+// byte after the last LF. Line n (1-based) carries seq n.
+//
+// # Envelope
+//
+// An envelope is a DSSE envelope (https://github.com/secure-systems-lab/dsse,
+// protocol v1.0) in exactly this byte form, with no whitespace and no other
+// member order:
+//
+//	{"payloadType":"application/vnd.moat.audit.v1+json","payload":"P","signatures":[{"keyid":"K","sig":"S"}]}
+//
+// where
+//
+//   - P is the payload in standard base64 with padding (RFC 4648 §4), with
+//     zero padding bits, so each payload has exactly one encoding;
+//   - K is the keyid: the 64 lowercase hex digits of the SHA-256 (FIPS 180-4)
+//     of the raw 32-byte Ed25519 public key (RFC 8032 §5.1.5);
+//   - S is the 64-byte Ed25519 signature (RFC 8032 §5.1.6; pure Ed25519, no
+//     prehash, no context) in standard padded base64: 88 characters;
+//   - exactly one signature is present.
+//
+// The signed message is DSSE's pre-authentication encoding (PAE):
+//
+//	"DSSEv1" SP LEN(type) SP type SP LEN(payload) SP payload
+//
+// with SP a single 0x20 byte, type the payloadType string above, payload the
+// decoded payload bytes, and LEN a byte length in ASCII decimal without
+// leading zeros. For a payload of 300 bytes the message begins
+// "DSSEv1 34 application/vnd.moat.audit.v1+json 300 {". Because the message
+// is plain bytes, `openssl pkeyutl -verify -pubin -inkey pubkey.pem -rawin
+// -in pae.bin -sigfile sig.bin` checks a line without moat.
+//
+// # Payload
+//
+// The payload is one JSON object (RFC 8259) in the canonical form of the
+// JSON Canonicalization Scheme (RFC 8785): members sorted by their UTF-16
+// code units, no whitespace, ECMAScript number form, minimal string
+// escaping. It is the common header merged with the record's own members:
+//
+//	"v"     the number 1
+//	"run"   the run id: 1 to 128 bytes of [A-Za-z0-9._:-], the same on every line
+//	"seq"   the line number: 1, 2, 3, … without gaps
+//	"prev"  64 lowercase hex digits: the SHA-256 of the exact bytes of the
+//	        previous line, without its LF; for seq 1, 64 "0" digits
+//	"time"  when the writer appended the record, RFC 3339 in UTC ("Z"),
+//	        with Go's RFC3339Nano fraction (trailing zeros dropped)
+//	"type"  the record type
+//
+// The record's own members are those of its Go type in this package
+// (RunStarted, InferenceRequested, …) under their json tags, members tagged
+// omitempty absent when empty, and nothing else. The verifier decodes the
+// record and re-encodes it; a payload that is not byte-for-byte what the
+// writer would make is refused.
+//
+// # Record order
+//
+// Line 1 is run.started; its public_key is the PEM of pubkey.pem. Line 2,
+// when present, is boundary.confirmed, or run.terminated if the run ended
+// before its boundary was confirmed. run.started and boundary.confirmed
+// appear nowhere else. run.terminated is the terminal record: it is last,
+// and its counts equal the numbers of inference.requested,
+// inference.completed, inference.refused, inference.failed and
+// process.started records before it. The writer fills in those counts.
+//
+// # Verification
+//
+// Verify works on the exact bytes of each line and never re-serialises what
+// it hashes or checks a signature over. It returns
+//
+//   - Complete (exit 0): every line is valid, the chain is unbroken, and the
+//     terminal record is the last line;
+//   - Incomplete (exit 2): every line is valid but there is no terminal
+//     record; the journal may also end in a torn line (bytes with no final
+//     LF that begin like an envelope, or are NUL bytes), which a write cut
+//     short by a crash leaves; or the journal is empty;
+//   - Invalid (exit 1): anything else, with the first bad line and a
+//     *LineError wrapping one of ErrMalformed, ErrWrongKey, ErrBadSignature,
+//     ErrNonCanonical, ErrBadHeader, ErrWrongRun, ErrSequence,
+//     ErrBrokenLink, ErrDuplicate, ErrUnknownType, ErrBadRecord,
+//     ErrRecordOrder, ErrAfterTerminal, ErrCounts or ErrTooManyRecords.
+//
+// Per line the checks run in this order: envelope form, keyid, signature,
+// payload canonical, header, record type and members, duplicate, run,
+// seq, prev, place, counts.
+//
+// # Durability
+//
+// Writer.Append returns a line only after write(2) and fsync(2) of it have
+// returned. Concurrent appenders are totally ordered by one mutex held while
+// the line is built, signed and written; they then share fsyncs (group
+// commit): one caller's fsync covers every line written before it. After any
+// write or fsync error the writer is poisoned and refuses everything, since
+// after a failed fsync Linux may report a later fsync as successful without
+// the data being on disk.
+//
+// # Why by hand
+//
+// The envelope is parsed by matching its fixed bytes rather than by a JSON
+// decoder, so that exactly one byte form is accepted; the payload is parsed
+// by internal/strictjson (jsontext), which refuses duplicate members and
+// invalid UTF-8. No DSSE library is used: the whole signing path is PAE plus
+// crypto/ed25519, a few lines that are easier to audit than a dependency.
+package audit

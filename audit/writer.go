@@ -1,0 +1,335 @@
+package audit
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// File names inside a run directory.
+const (
+	JournalFile   = "journal.jsonl"
+	PublicKeyFile = "pubkey.pem"
+)
+
+// Writer appends signed records to one run's journal. It is safe for
+// concurrent use. Its private key exists only in its memory.
+type Writer struct {
+	runID  string
+	path   string
+	priv   ed25519.PrivateKey
+	pub    ed25519.PublicKey
+	keyID  string
+	pubPEM []byte
+	now    func() time.Time
+
+	// syncMu serialises fsync and guards synced. Lock order: syncMu, then mu.
+	syncMu sync.Mutex
+	synced uint64 // number of lines known to be durable
+
+	// mu guards everything below; it is held while a line is built, signed
+	// and written, which gives the journal its total order.
+	mu         sync.Mutex
+	f          *os.File
+	seq        int64  // seq of the last line written
+	prev       string // LineHash of the last line written
+	written    uint64 // number of lines written (not necessarily durable)
+	terminated bool
+	closed     bool
+	err        error // poison: set by the first write or sync error, never cleared
+	counts     Counts
+	buf        []byte
+}
+
+// Create makes the run directory dir (mode 0700; it must not exist, or be
+// an empty directory), generates a fresh Ed25519 key that stays in memory,
+// writes dir/pubkey.pem and creates dir/journal.jsonl (mode 0600). The
+// directory entries are synced before Create returns.
+func Create(dir, runID string) (*Writer, error) {
+	if !validRunID(runID) {
+		return nil, fmt.Errorf("audit: run id %q is not 1..%d characters of [A-Za-z0-9._:-]", runID, MaxRunIDBytes)
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return nil, fmt.Errorf("audit: creating the parent of the run directory: %w", err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if !errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("audit: creating run directory: %w", err)
+		}
+		if err := usableEmptyDir(dir); err != nil {
+			return nil, err
+		}
+	}
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("audit: generating the run key: %w", err)
+	}
+	return create(dir, runID, priv, time.Now)
+}
+
+// create finishes Create with a given key and clock (tests pin both).
+func create(dir, runID string, priv ed25519.PrivateKey, now func() time.Time) (*Writer, error) {
+	pub := priv.Public().(ed25519.PublicKey)
+	pubPEM, err := MarshalPublicKeyPEM(pub)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeFileSync(filepath.Join(dir, PublicKeyFile), pubPEM, 0o644); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, JournalFile)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("audit: creating journal: %w", err)
+	}
+	if err := syncDir(dir); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &Writer{
+		runID: runID, path: path, priv: priv, pub: pub, keyID: KeyID(pub), pubPEM: pubPEM,
+		f: f, prev: ZeroPrev, now: now,
+	}, nil
+}
+
+func usableEmptyDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("audit: run directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("audit: refused: run directory %s exists and is not a directory", dir)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("audit: run directory: %w", err)
+	}
+	defer d.Close()
+	if _, err := d.Readdirnames(1); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("audit: refused: run directory %s is not empty; every run needs a fresh directory", dir)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("audit: run directory: %w", err)
+	}
+	return nil
+}
+
+func writeFileSync(path string, data []byte, mode os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("audit: writing %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("audit: syncing %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("audit: syncing run directory: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("audit: syncing run directory: %w", err)
+	}
+	return nil
+}
+
+// Append signs r, writes it as the next line and returns that line
+// (without its LF) once it is durable: written and fsynced. Concurrent
+// callers are totally ordered and may share one fsync (group commit).
+//
+// The record is checked for its place: run.started must be first and only
+// first, boundary.confirmed only second, nothing after run.terminated. For
+// run.terminated, Append sets Counts from the records before it.
+//
+// After any write or sync error the Writer is poisoned: that Append and
+// every later one fail with an error matching ErrPoisoned, and a caller
+// must treat the record as not made.
+func (w *Writer) Append(r Record) ([]byte, error) {
+	if r == nil || !knownRecord(r) {
+		return nil, fmt.Errorf("audit: refused: %T is not a journal record type of this package", r)
+	}
+	w.mu.Lock()
+	line, ticket, err := w.writeLocked(r)
+	w.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if err := w.syncTo(ticket); err != nil {
+		return nil, err
+	}
+	return line, nil
+}
+
+func (w *Writer) writeLocked(r Record) (line []byte, ticket uint64, err error) {
+	switch {
+	case w.err != nil:
+		return nil, 0, w.err
+	case w.closed:
+		return nil, 0, ErrClosed
+	case w.terminated:
+		return nil, 0, ErrTerminated
+	}
+	seq := w.seq + 1
+	if err := w.checkPlace(seq, r); err != nil {
+		return nil, 0, err
+	}
+	if t, ok := r.(RunTerminated); ok {
+		t.Counts = w.counts
+		r = t
+	}
+	h := Header{V: formatVersion, Run: w.runID, Seq: seq, Prev: w.prev, Time: w.now(), Type: r.RecordType()}
+	payload, err := encodePayload(h, r)
+	if err != nil {
+		return nil, 0, err
+	}
+	sig := ed25519.Sign(w.priv, PAE(PayloadType, payload))
+	w.buf = appendEnvelope(w.buf[:0], payload, w.keyID, sig)
+	if len(w.buf) > MaxLineBytes {
+		return nil, 0, fmt.Errorf("audit: refused: %s record is %d bytes, more than the line limit of %d", h.Type, len(w.buf), MaxLineBytes)
+	}
+	line = append([]byte(nil), w.buf...)
+	w.buf = append(w.buf, '\n')
+	if _, err := w.f.Write(w.buf); err != nil {
+		w.err = fmt.Errorf("%w: write failed: %w", ErrPoisoned, err)
+		return nil, 0, w.err
+	}
+	w.seq = seq
+	w.prev = LineHash(line)
+	w.written++
+	w.count(r)
+	if h.Type == TypeRunTerminated {
+		w.terminated = true
+	}
+	return line, w.written, nil
+}
+
+func (w *Writer) checkPlace(seq int64, r Record) error {
+	typ := r.RecordType()
+	switch {
+	case seq == 1 && typ != TypeRunStarted:
+		return fmt.Errorf("audit: refused: the first record must be %s, not %s", TypeRunStarted, typ)
+	case seq != 1 && typ == TypeRunStarted:
+		return fmt.Errorf("audit: refused: %s can only be the first record", TypeRunStarted)
+	case seq != 2 && typ == TypeBoundaryConfirmed:
+		return fmt.Errorf("audit: refused: %s can only directly follow %s", TypeBoundaryConfirmed, TypeRunStarted)
+	case seq >= MaxRecords && typ != TypeRunTerminated:
+		return fmt.Errorf("audit: refused: %w: the journal holds %d records, the limit; only %s may follow", ErrTooManyRecords, seq-1, TypeRunTerminated)
+	}
+	if rs, ok := r.(RunStarted); ok && rs.PublicKey != string(w.pubPEM) {
+		return fmt.Errorf("audit: refused: %s.public_key must be the writer's PublicKeyPEM", TypeRunStarted)
+	}
+	return nil
+}
+
+func (w *Writer) count(r Record) {
+	switch r.(type) {
+	case InferenceRequested:
+		w.counts.Requested++
+	case InferenceCompleted:
+		w.counts.Completed++
+	case InferenceRefused:
+		w.counts.Refused++
+	case InferenceFailed:
+		w.counts.Failed++
+	case ProcessStarted:
+		w.counts.Processes++
+	}
+}
+
+// syncTo returns once the first ticket lines are durable. One caller
+// fsyncs for every line written so far; callers queued behind it find
+// their line already covered.
+func (w *Writer) syncTo(ticket uint64) error {
+	w.syncMu.Lock()
+	defer w.syncMu.Unlock()
+	if w.synced >= ticket {
+		return nil
+	}
+	w.mu.Lock()
+	err, target, f := w.err, w.written, w.f
+	w.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		w.mu.Lock()
+		if w.err == nil {
+			w.err = fmt.Errorf("%w: fsync failed: %w", ErrPoisoned, err)
+		}
+		err = w.err
+		w.mu.Unlock()
+		return err
+	}
+	w.synced = target
+	return nil
+}
+
+// Close syncs and closes the journal. Later Appends fail with ErrClosed.
+// It does not write run.terminated; append that first.
+func (w *Writer) Close() error {
+	w.syncMu.Lock()
+	defer w.syncMu.Unlock()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return nil
+	}
+	w.closed = true
+	var serr error
+	if w.err == nil {
+		if serr = w.f.Sync(); serr != nil {
+			w.err = fmt.Errorf("%w: fsync failed: %w", ErrPoisoned, serr)
+			serr = w.err
+		} else {
+			w.synced = w.written
+		}
+	}
+	if err := w.f.Close(); err != nil && serr == nil {
+		serr = fmt.Errorf("audit: closing journal: %w", err)
+	}
+	return serr
+}
+
+// KeyID returns the hex sha256 of the raw 32-byte public key.
+func (w *Writer) KeyID() string { return w.keyID }
+
+// PublicKey returns the run's public key.
+func (w *Writer) PublicKey() ed25519.PublicKey { return append(ed25519.PublicKey(nil), w.pub...) }
+
+// PublicKeyPEM returns the public key as written to pubkey.pem.
+func (w *Writer) PublicKeyPEM() []byte { return append([]byte(nil), w.pubPEM...) }
+
+// JournalPath returns the journal's path.
+func (w *Writer) JournalPath() string { return w.path }
+
+// RunID returns the run id.
+func (w *Writer) RunID() string { return w.runID }
+
+// Counts returns the counts of the records appended so far.
+func (w *Writer) Counts() Counts {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.counts
+}
+
+// Err returns the error that poisoned the writer, or nil.
+func (w *Writer) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
