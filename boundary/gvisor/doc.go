@@ -1,0 +1,38 @@
+// Package gvisor is a moat backend that runs the workload under gVisor's
+// runsc, from an OCI bundle that moat writes itself.
+//
+// Layout of a sandbox:
+//
+//	supervisor (moat) ── locked OS thread, Pdeathsig ──▶ __moat-gvisor-init
+//	    new PID, network and mount namespaces; only `lo`, up; the broker's
+//	    listener is made here and handed to the supervisor (SCM_RIGHTS)
+//	    └─ runsc --network=host --oci-seccomp run  (container init: a pause)
+//	    └─ runsc exec --process P.json             (measurement, workload, exec)
+//
+// runsc's network mode "host" means the sentry uses the network namespace it
+// was started in, which moat made with nothing but loopback and the broker's
+// listener: egress is confined by that namespace, not by the sentry. The
+// workload runs as the policy's non-root uid, with every capability set
+// empty, noNewPrivileges, and a seccomp filter in the spec that runsc
+// enforces inside the sentry because moat passes --oci-seccomp (without it
+// runsc ignores the spec's filter). Only the policy's grants are mounted;
+// the root is an empty read-only directory.
+//
+// What this backend cannot do, and says so:
+//   - Request attribution: with the host network stack, every connection to
+//     the broker belongs to the runsc sandbox process on the host, so the
+//     binary inside cannot be identified. The backend declares attribution
+//     unavailable (endpoint-only); a policy with require_attribution: true
+//     refuses to start on it.
+//   - Rootless: Debian's runsc (release 20221219), run rootless inside a user
+//     namespace, fails every write to a bind mount with EINVAL, so a
+//     workspace cannot work. The backend needs root; `moat doctor` says so.
+//   - cgroup memory and pids limits are not configured (runsc's cgroup
+//     handling on this host's cgroup v1 is not wired); Limits reports them
+//     as not enforced. RLIMIT_NOFILE is set in the spec.
+//
+// Readiness is never taken from these claims: moat runs its shared
+// measurement inside the sentry through StartHelper, as for every backend.
+// Inside gVisor, landlock_create_ruleset returns ENOSYS and a seccomp
+// NEW_LISTENER filter returns EINVAL; the properties hold all the same.
+package gvisor

@@ -1,0 +1,495 @@
+package gvisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/policy"
+)
+
+func init() { boundary.Register(backend{}) }
+
+type backend struct{}
+
+func (backend) Name() string { return "gvisor" }
+
+// Mechanisms, as they really are.
+var mechanisms = boundary.Mechanisms{
+	FilesystemConfinement:  "gvisor-gofer",
+	EgressInterception:     "netns-loopback+runsc-hostinet",
+	RequestAttribution:     "endpoint-only",
+	PrivilegeFloor:         "gvisor-sentry+oci-seccomp+nnp+capdrop",
+	AttributionUnavailable: "gVisor with the host network stack: every broker connection belongs to the runsc sandbox process, so the binary inside cannot be identified",
+}
+
+const startTimeout = 60 * time.Second
+
+// Prepare writes the OCI bundle, starts the init in fresh namespaces and
+// runsc inside it, and returns once the container runs.
+func (backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.Sandbox, error) {
+	pol := spec.Policy
+	runsc, err := exec.LookPath("runsc")
+	if err != nil {
+		return nil, fmt.Errorf("runsc not found in PATH: install gVisor's runsc (Debian: apt-get install runsc)")
+	}
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("the gvisor backend needs root here: this runsc, run rootless, fails writes to bind mounts (EINVAL); run moat as root or use --backend native")
+	}
+	if pol.Process.UID == 0 {
+		return nil, fmt.Errorf("BUG: policy uid 0 reached the gvisor backend")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	if exe, err = filepath.EvalSymlinks(exe); err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(spec.StateDir, "gvisor")
+	bundle := filepath.Join(dir, "bundle")
+	rootfs := filepath.Join(bundle, "rootfs")
+	root := filepath.Join(dir, "runsc")
+	for _, d := range []string{rootfs, root} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	os.Chmod(rootfs, 0o755)
+	os.Chmod(bundle, 0o755)
+	oci, err := buildSpec(pol, rootfs, exe)
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.MarshalIndent(oci, "", " ")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600); err != nil {
+		return nil, err
+	}
+	s := &sandbox{pol: pol, dir: dir, pending: map[int]*proc{}, stop: make(chan struct{}), exited: make(chan struct{})}
+	if err := s.startInit(exe, initConfig{Runsc: runsc, Root: root, Bundle: bundle, ID: "moat-" + sanitize(spec.RunID)}); err != nil {
+		s.Terminate()
+		return nil, err
+	}
+	return s, nil
+}
+
+func sanitize(id string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' {
+			return r
+		}
+		return '-'
+	}, id)
+}
+
+type sandbox struct {
+	pol *policy.Policy
+	dir string
+
+	conn       *net.UnixConn
+	initPID    int // host pid of the init
+	sandboxPID int // host pid of the runsc sandbox process
+	listener   *os.File
+	port       int
+
+	wmu     sync.Mutex
+	mu      sync.Mutex
+	nextID  int
+	pending map[int]*proc
+	readErr error
+
+	stop     chan struct{} // closed by Terminate: the locked thread may exit
+	exited   chan struct{} // closed when the init has exited
+	termOnce sync.Once
+}
+
+// startInit starts the init from an OS thread that stays locked for the
+// sandbox's lifetime: Pdeathsig fires when that thread exits, which is
+// when moat dies.
+func (s *sandbox) startInit(exe string, cfg initConfig) error {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	parent := os.NewFile(uintptr(fds[0]), "control")
+	child := os.NewFile(uintptr(fds[1]), "control-child")
+	fc, err := net.FileConn(parent)
+	parent.Close()
+	if err != nil {
+		child.Close()
+		return err
+	}
+	s.conn = fc.(*net.UnixConn)
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		// Never unlocked: the thread exits with this goroutine, after the
+		// init has exited.
+		cmd := exec.Command(exe, initEntry)
+		cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+		if d := os.Getenv("MOAT_RUNSC_DEBUG"); d != "" {
+			cmd.Env = append(cmd.Env, "MOAT_RUNSC_DEBUG="+d)
+		}
+		cmd.Stderr = os.Stderr
+		cmd.ExtraFiles = []*os.File{child}
+		cmd.SysProcAttr = &syscall.SysProcAttr{
+			Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNET | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+			Pdeathsig:  syscall.SIGKILL,
+		}
+		err := cmd.Start()
+		child.Close()
+		if err == nil {
+			s.initPID = cmd.Process.Pid
+		}
+		started <- err
+		if err != nil {
+			close(s.exited)
+			return
+		}
+		cmd.Wait()
+		close(s.exited)
+		<-s.stop
+	}()
+	if err := <-started; err != nil {
+		return fmt.Errorf("starting the gvisor init: %w", err)
+	}
+	if err := sendMsg(s.conn, msg{Op: "config", Config: &cfg}); err != nil {
+		return err
+	}
+	s.conn.SetReadDeadline(time.Now().Add(startTimeout))
+	for s.port == 0 || s.sandboxPID == 0 {
+		m, files, err := recvMsg(s.conn)
+		if err != nil {
+			return fmt.Errorf("gvisor init: %w", err)
+		}
+		switch m.Op {
+		case "listener":
+			if len(files) != 1 {
+				closeAll(files)
+				return fmt.Errorf("gvisor init sent no listener")
+			}
+			s.listener, s.port = files[0], m.Port
+		case "ready":
+			s.sandboxPID = s.hostPID(m.PID)
+			if s.sandboxPID == 0 {
+				return fmt.Errorf("runsc sandbox process (pid %d in the sandbox's PID namespace) not found on the host", m.PID)
+			}
+		case "error":
+			return fmt.Errorf("gvisor init: %s", m.Error)
+		default:
+			closeAll(files)
+		}
+	}
+	s.conn.SetReadDeadline(time.Time{})
+	go s.readLoop()
+	return nil
+}
+
+// hostPID maps a pid of the init's PID namespace to a host pid, via the
+// NSpid lines of /proc/<pid>/status.
+func (s *sandbox) hostPID(inner int) int {
+	if inner == 1 {
+		return s.initPID
+	}
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", s.initPID))
+	if err != nil {
+		return 0
+	}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if l, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); l != ns {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			continue
+		}
+		for _, ln := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(strings.TrimPrefix(ln, "NSpid:")); strings.HasPrefix(ln, "NSpid:") && len(f) >= 2 {
+				if v, _ := strconv.Atoi(f[len(f)-1]); v == inner {
+					return pid
+				}
+			}
+		}
+	}
+	return 0
+}
+
+type proc struct {
+	s       *sandbox
+	id      int
+	pid     int
+	started chan error
+	done    chan struct{}
+	code    int
+	copies  sync.WaitGroup // output pumps, when stdio is not a file
+}
+
+func (s *sandbox) readLoop() {
+	for {
+		m, files, err := recvMsg(s.conn)
+		closeAll(files)
+		if err != nil {
+			s.mu.Lock()
+			s.readErr = err
+			for id, p := range s.pending {
+				select {
+				case p.started <- fmt.Errorf("sandbox gone: %v", err):
+				default:
+				}
+				select {
+				case <-p.done:
+				default:
+					p.code = 125
+					close(p.done)
+				}
+				delete(s.pending, id)
+			}
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Lock()
+		p := s.pending[m.ID]
+		s.mu.Unlock()
+		if p == nil {
+			continue
+		}
+		switch m.Op {
+		case "started":
+			p.pid = s.hostPID(m.PID)
+			p.started <- nil
+		case "error":
+			p.started <- errors.New(m.Error)
+		case "exited":
+			p.code = m.Code
+			s.mu.Lock()
+			delete(s.pending, m.ID)
+			s.mu.Unlock()
+			close(p.done)
+		}
+	}
+}
+
+func (s *sandbox) Start(ctx context.Context, p boundary.Process) (boundary.Running, error) {
+	if len(p.Argv) == 0 {
+		return nil, fmt.Errorf("empty command")
+	}
+	argv := append([]string{moatInside, stageEntry, "--"}, p.Argv...)
+	return s.start(ctx, process(s.pol, argv, p.Env, p.Dir), p)
+}
+
+func (s *sandbox) StartHelper(ctx context.Context, args []string, p boundary.Process) (boundary.Running, error) {
+	// The measurement runs behind the same stage as every workload.
+	argv := append([]string{moatInside, stageEntry, "--", moatInside}, args...)
+	return s.start(ctx, process(s.pol, argv, p.Env, "/"), p)
+}
+
+func (s *sandbox) start(ctx context.Context, op ociProcess, p boundary.Process) (boundary.Running, error) {
+	pr := &proc{s: s, started: make(chan error, 1), done: make(chan struct{})}
+	files, cleanup, err := stdioFiles(p, &pr.copies)
+	if err != nil {
+		cleanup()
+		return nil, err
+	}
+	defer cleanup()
+	s.mu.Lock()
+	if s.readErr != nil {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("sandbox gone: %v", s.readErr)
+	}
+	s.nextID++
+	pr.id = s.nextID
+	s.pending[pr.id] = pr
+	s.mu.Unlock()
+	fds := []int{int(files[0].Fd()), int(files[1].Fd()), int(files[2].Fd())}
+	s.wmu.Lock()
+	err = sendMsg(s.conn, msg{Op: "exec", ID: pr.id, Process: &op}, fds...)
+	s.wmu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case err := <-pr.started:
+		if err != nil {
+			return nil, err
+		}
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return pr, nil
+}
+
+// stdioFiles turns a Process's stdio into three files to pass; readers and
+// writers that are not files are pumped through pipes.
+func stdioFiles(p boundary.Process, copies *sync.WaitGroup) ([]*os.File, func(), error) {
+	var files []*os.File
+	var closers []*os.File
+	cleanup := func() {
+		for _, f := range closers {
+			f.Close()
+		}
+	}
+	devnull := func(flag int) (*os.File, error) {
+		f, err := os.OpenFile(os.DevNull, flag, 0)
+		if err == nil {
+			closers = append(closers, f)
+		}
+		return f, err
+	}
+	if p.TTY != nil {
+		return []*os.File{p.TTY, p.TTY, p.TTY}, cleanup, nil
+	}
+	// stdin
+	switch r := p.Stdin.(type) {
+	case nil:
+		f, err := devnull(os.O_RDONLY)
+		if err != nil {
+			return nil, cleanup, err
+		}
+		files = append(files, f)
+	case *os.File:
+		files = append(files, r)
+	default:
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return nil, cleanup, err
+		}
+		closers = append(closers, pr)
+		go func() { io.Copy(pw, r); pw.Close() }()
+		files = append(files, pr)
+	}
+	for i, w := range []io.Writer{p.Stdout, p.Stderr} {
+		if i == 1 && w != nil && sameWriter(p.Stdout, w) {
+			// One writer for both (as exec.Cmd does): one pipe, so that
+			// the writer is never written from two goroutines.
+			files = append(files, files[1])
+			continue
+		}
+		switch w := w.(type) {
+		case nil:
+			f, err := devnull(os.O_WRONLY)
+			if err != nil {
+				return nil, cleanup, err
+			}
+			files = append(files, f)
+		case *os.File:
+			files = append(files, w)
+		default:
+			pr, pw, err := os.Pipe()
+			if err != nil {
+				return nil, cleanup, err
+			}
+			closers = append(closers, pw)
+			copies.Add(1)
+			go func() { io.Copy(w, pr); pr.Close(); copies.Done() }()
+			files = append(files, pw)
+		}
+	}
+	return files, cleanup, nil
+}
+
+// sameWriter reports whether a and b are the same comparable writer.
+func sameWriter(a, b io.Writer) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a == b
+}
+
+func (p *proc) HostPID() int { return p.pid }
+
+func (p *proc) Wait() (int, error) {
+	<-p.done
+	p.copies.Wait()
+	return p.code, nil
+}
+
+func (p *proc) Signal(sig os.Signal) error {
+	n, ok := sig.(syscall.Signal)
+	if !ok {
+		return fmt.Errorf("unsupported signal %v", sig)
+	}
+	p.s.wmu.Lock()
+	defer p.s.wmu.Unlock()
+	return sendMsg(p.s.conn, msg{Op: "signal", ID: p.id, Signal: int(n)})
+}
+
+func (s *sandbox) Listener() (boundary.ListenerInfo, error) {
+	if s.listener == nil {
+		return boundary.ListenerInfo{}, fmt.Errorf("no listener")
+	}
+	// Each caller gets its own dup; the sandbox keeps the original.
+	fd, err := unix.FcntlInt(s.listener.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return boundary.ListenerInfo{}, err
+	}
+	return boundary.ListenerInfo{File: os.NewFile(uintptr(fd), "broker-listener"), Port: s.port}, nil
+}
+
+func (s *sandbox) Attributor() boundary.Attributor { return endpointOnly{} }
+
+type endpointOnly struct{}
+
+func (endpointOnly) Attribute(net.Conn) boundary.Attribution {
+	return boundary.Attribution{Status: "unavailable", Reason: mechanisms.AttributionUnavailable}
+}
+
+func (s *sandbox) Mechanisms() boundary.Mechanisms { return mechanisms }
+
+func (s *sandbox) HostPID() int { return s.sandboxPID }
+
+func (s *sandbox) Limits() boundary.LimitsStatus {
+	return boundary.LimitsStatus{OpenFiles: s.pol.Process.Limits.OpenFiles > 0,
+		Detail: "memory and pids limits are not configured for runsc on this host"}
+}
+
+// Terminate stops the container and the init (whose PID namespace takes
+// every remaining process with it) and removes the bundle. Idempotent.
+func (s *sandbox) Terminate() error {
+	s.termOnce.Do(func() {
+		if s.conn != nil {
+			s.wmu.Lock()
+			sendMsg(s.conn, msg{Op: "terminate"})
+			s.wmu.Unlock()
+			select {
+			case <-s.exited:
+			case <-time.After(10 * time.Second):
+			}
+			if s.initPID > 0 {
+				syscall.Kill(s.initPID, syscall.SIGKILL)
+			}
+			<-s.exited
+			s.conn.Close()
+		}
+		close(s.stop)
+		if s.listener != nil {
+			s.listener.Close()
+		}
+		os.RemoveAll(s.dir)
+	})
+	return nil
+}

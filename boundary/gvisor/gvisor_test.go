@@ -1,0 +1,81 @@
+package gvisor
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/internal/reexec"
+	"github.com/moat-sandbox/moat/internal/testenv"
+	"github.com/moat-sandbox/moat/policy"
+)
+
+func TestMain(m *testing.M) {
+	if code, ok := reexec.Dispatch(os.Args[1:]); ok {
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
+
+func needRunsc(t *testing.T) {
+	t.Helper()
+	testenv.NeedRoot(t)
+	_, err := exec.LookPath("runsc")
+	testenv.Need(t, err == nil, "runsc is not installed (apt-get install runsc)")
+}
+
+func testPolicy(t *testing.T) (*policy.Policy, string) {
+	t.Helper()
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	ws := filepath.Join(dir, "ws")
+	os.Mkdir(ws, 0o777)
+	os.Chmod(ws, 0o777)
+	pol := &policy.Policy{Version: 1, Backend: "gvisor"}
+	pol.Filesystem.ReadOnly = []string{"/usr", "/bin", "/lib", "/lib64"}
+	pol.Filesystem.ReadWrite = []string{ws}
+	pol.Filesystem.TmpSize = 16 << 20
+	pol.Process.UID, pol.Process.GID = 1000, 1000
+	pol.Process.Limits.OpenFiles = 1024
+	return pol, ws
+}
+
+func TestRootGVisorRunsConfined(t *testing.T) {
+	needRunsc(t)
+	pol, ws := testPolicy(t)
+	be, err := boundary.Lookup("gvisor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := be.Prepare(context.Background(), boundary.Spec{RunID: "t1", Policy: pol, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	defer sb.Terminate()
+	var out bytes.Buffer
+	p, err := sb.Start(context.Background(), boundary.Process{
+		Argv: []string{"/bin/sh", "-c", "id -u; echo hi > " + ws + "/x && echo wrote; cat /etc/hostname 2>&1; unshare -U true 2>&1 || echo nouserns; exit 3"},
+		Env:  []string{"PATH=/usr/bin:/bin"}, Stdout: &out, Stderr: &out,
+	})
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	code, _ := p.Wait()
+	t.Logf("output:\n%s", out.String())
+	if code != 3 {
+		t.Errorf("exit code: got %d, want 3", code)
+	}
+	for _, w := range []string{"1000\n", "wrote", "nouserns"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("output lacks %q", w)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "x")); err != nil || string(b) != "hi\n" {
+		t.Errorf("workspace write did not land: %q %v", b, err)
+	}
+}

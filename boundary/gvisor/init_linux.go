@@ -1,0 +1,287 @@
+package gvisor
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/internal/reexec"
+)
+
+// Hidden entry points of the moat binary.
+const (
+	initEntry  = "__moat-gvisor-init"
+	pauseEntry = "__moat-gvisor-pause"
+)
+
+func init() {
+	reexec.Register(initEntry, initMain)
+	reexec.Register(pauseEntry, pauseMain)
+}
+
+func stageRegister() { reexec.Register(stageEntry, stageMain) }
+
+// pauseMain is the container's init inside the sentry: it holds the
+// container open for `runsc exec` and does nothing else.
+func pauseMain([]string) int {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
+	<-ch
+	return 0
+}
+
+// initConfig is sent by the supervisor as the first control message.
+type initConfig struct {
+	Runsc  string `json:"runsc"`
+	Root   string `json:"root"`   // runsc --root
+	Bundle string `json:"bundle"` // OCI bundle directory
+	ID     string `json:"id"`     // container id
+}
+
+// msg is one control message in either direction (SOCK_SEQPACKET: one
+// message per packet, fds attached).
+type msg struct {
+	Op      string      `json:"op"`
+	ID      int         `json:"id,omitempty"`
+	Port    int         `json:"port,omitempty"`
+	PID     int         `json:"pid,omitempty"` // inner pid (the init's PID namespace)
+	Code    int         `json:"code,omitempty"`
+	Signal  int         `json:"signal,omitempty"`
+	Error   string      `json:"error,omitempty"`
+	Process *ociProcess `json:"process,omitempty"`
+	Config  *initConfig `json:"config,omitempty"`
+}
+
+const maxMsg = 1 << 20
+
+func sendMsg(c *net.UnixConn, m msg, fds ...int) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	_, _, err = c.WriteMsgUnix(b, oob, nil)
+	return err
+}
+
+func recvMsg(c *net.UnixConn) (msg, []*os.File, error) {
+	buf := make([]byte, maxMsg)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return msg{}, nil, err
+	}
+	if n == 0 {
+		return msg{}, nil, fmt.Errorf("control socket closed")
+	}
+	var files []*os.File
+	if oobn > 0 {
+		cms, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil {
+			return msg{}, nil, err
+		}
+		for _, cm := range cms {
+			fds, err := unix.ParseUnixRights(&cm)
+			if err != nil {
+				return msg{}, nil, err
+			}
+			for _, fd := range fds {
+				files = append(files, os.NewFile(uintptr(fd), "passed"))
+			}
+		}
+	}
+	var m msg
+	if err := json.Unmarshal(buf[:n], &m); err != nil {
+		return msg{}, files, fmt.Errorf("bad control message: %w", err)
+	}
+	return m, files, nil
+}
+
+// initMain runs as pid 1 of a new PID, network and mount namespace. It
+// brings up loopback, makes the broker's listener, starts runsc, and then
+// runs `runsc exec` for each process the supervisor asks for.
+func initMain([]string) int {
+	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	f := os.NewFile(3, "control")
+	fc, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "moat: gvisor init: control: %v\n", err)
+		return 125
+	}
+	c := fc.(*net.UnixConn)
+	var wmu sync.Mutex
+	send := func(m msg, fds ...int) {
+		wmu.Lock()
+		defer wmu.Unlock()
+		sendMsg(c, m, fds...)
+	}
+	fail := func(err error) int {
+		send(msg{Op: "error", Error: err.Error()})
+		return 125
+	}
+	m, _, err := recvMsg(c)
+	if err != nil || m.Config == nil {
+		return fail(fmt.Errorf("no config: %v", err))
+	}
+	cfg := *m.Config
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fail(fmt.Errorf("making / private: %w", err))
+	}
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fail(fmt.Errorf("mounting /proc: %w", err))
+	}
+	if err := loopbackUp(); err != nil {
+		return fail(fmt.Errorf("bringing up lo: %w", err))
+	}
+	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return fail(fmt.Errorf("broker listener: %w", err))
+	}
+	lf, err := ln.File()
+	if err != nil {
+		return fail(err)
+	}
+	ln.Close()
+	send(msg{Op: "listener", Port: ln.Addr().(*net.TCPAddr).Port}, int(lf.Fd()))
+	lf.Close()
+
+	runsc := func(args ...string) *exec.Cmd {
+		a := []string{"--root", cfg.Root, "--network=host", "--oci-seccomp"}
+		if d := os.Getenv("MOAT_RUNSC_DEBUG"); d != "" {
+			a = append(a, "--debug", "--debug-log="+d+"/")
+		}
+		a = append(a, args...)
+		cmd := exec.Command(cfg.Runsc, a...)
+		cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+		cmd.Stderr = os.Stderr
+		return cmd
+	}
+	pidFile := filepath.Join(filepath.Dir(cfg.Bundle), "sandbox.pid")
+	run := runsc("run", "--bundle", cfg.Bundle, "--detach", "--pid-file", pidFile, cfg.ID)
+	// The container's own stdio (the pause process) goes to a log beside
+	// the bundle; runsc's errors are read back from it on failure.
+	logPath := filepath.Join(filepath.Dir(cfg.Bundle), "runsc-run.log")
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fail(err)
+	}
+	run.Stdout, run.Stderr = logf, logf
+	err = run.Run()
+	logf.Close()
+	if err != nil {
+		out, _ := os.ReadFile(logPath)
+		return fail(fmt.Errorf("runsc run: %v: %s", err, out))
+	}
+	b, _ := os.ReadFile(pidFile)
+	pid, _ := strconv.Atoi(string(trimSpace(b)))
+	send(msg{Op: "ready", PID: pid})
+
+	var pmu sync.Mutex
+	procs := map[int]*exec.Cmd{}
+	// Terminating is the init's own exit: it is pid 1 of the PID namespace
+	// that holds runsc, its gofer, its sandbox and every exec, so the
+	// kernel kills them all. (`runsc delete` here waits seconds for a
+	// sandbox that is about to die anyway.)
+	terminate := func() {}
+	for {
+		m, files, err := recvMsg(c)
+		if err != nil {
+			terminate()
+			return 0
+		}
+		switch m.Op {
+		case "exec":
+			if m.Process == nil || len(files) != 3 {
+				send(msg{Op: "error", ID: m.ID, Error: "exec needs a process and three stdio fds"})
+				closeAll(files)
+				continue
+			}
+			pf := filepath.Join(filepath.Dir(cfg.Bundle), fmt.Sprintf("process-%d.json", m.ID))
+			pb, _ := json.Marshal(m.Process)
+			if err := os.WriteFile(pf, pb, 0o600); err != nil {
+				send(msg{Op: "error", ID: m.ID, Error: err.Error()})
+				closeAll(files)
+				continue
+			}
+			cmd := runsc("exec", "--process", pf, cfg.ID)
+			cmd.Stdin, cmd.Stdout, cmd.Stderr = files[0], files[1], files[2]
+			if err := cmd.Start(); err != nil {
+				send(msg{Op: "error", ID: m.ID, Error: err.Error()})
+				closeAll(files)
+				continue
+			}
+			closeAll(files)
+			pmu.Lock()
+			procs[m.ID] = cmd
+			pmu.Unlock()
+			send(msg{Op: "started", ID: m.ID, PID: cmd.Process.Pid})
+			go func(id int, cmd *exec.Cmd, pf string) {
+				cmd.Wait()
+				os.Remove(pf)
+				code := cmd.ProcessState.ExitCode()
+				if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+					code = 128 + int(ws.Signal())
+				}
+				pmu.Lock()
+				delete(procs, id)
+				pmu.Unlock()
+				send(msg{Op: "exited", ID: id, Code: code})
+			}(m.ID, cmd, pf)
+		case "signal":
+			pmu.Lock()
+			cmd := procs[m.ID]
+			pmu.Unlock()
+			if cmd != nil {
+				cmd.Process.Signal(syscall.Signal(m.Signal))
+			}
+		case "terminate":
+			terminate()
+			send(msg{Op: "terminated"})
+			return 0
+		}
+	}
+}
+
+func closeAll(fs []*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
+}
+
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == ' ') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// loopbackUp sets IFF_UP on lo.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}

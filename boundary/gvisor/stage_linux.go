@@ -1,0 +1,61 @@
+package gvisor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/boundary/native/seccomp"
+)
+
+// stageEntry runs inside the sentry in front of every process that
+// `runsc exec` starts. runsc applies the spec's seccomp filter to the
+// container's init only, not to exec'd processes (measured: `unshare -U`
+// succeeded in an exec'd shell while the same filter stopped it in the
+// init), so the stage installs moat's own filter, which the sentry
+// enforces, and then executes the target on the same thread.
+const stageEntry = "__moat-gvisor-stage"
+
+func init() { stageRegister() }
+
+// stageMain: `moat __moat-gvisor-stage -- ARGV…`. Exit 127 when the command
+// is not found, 126 when it cannot be executed, 125 when the filter cannot
+// be installed.
+func stageMain(args []string) int {
+	if len(args) < 2 || args[0] != "--" {
+		fmt.Fprintln(os.Stderr, "moat: gvisor stage: usage: -- CMD [ARG…]")
+		return 125
+	}
+	argv := args[1:]
+	runtime.LockOSThread()
+	// AF_UNIX stays allowed here: the sentry does not connect to host
+	// sockets in bind mounts (runsc runs without --host-uds).
+	prog, err := seccomp.Build(seccomp.Options{AllowUnixSockets: true})
+	if err == nil {
+		err = seccomp.Install(prog)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "moat: refused: cannot install the seccomp filter inside gVisor: %v\n", err)
+		return 125
+	}
+	path := argv[0]
+	if !strings.Contains(path, "/") {
+		p, err := exec.LookPath(path)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "moat: %s: command not found\n", path)
+			return 127
+		}
+		path = p
+	}
+	err = unix.Exec(path, argv, os.Environ())
+	fmt.Fprintf(os.Stderr, "moat: cannot execute %s: %v\n", argv[0], err)
+	if errors.Is(err, unix.ENOENT) {
+		return 127
+	}
+	return 126
+}
