@@ -2,7 +2,6 @@ package wire
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -107,12 +106,24 @@ func refuse(code, path, format string, args ...any) *Refusal {
 
 func (d denial) at(path string) *Refusal { return refuse(d.code, path, "%s", d.msg) }
 
-var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_\-$]*$`)
+// isIdent reports whether name can be shown as .name in a path; other
+// names are shown quoted, as ["name"].
+func isIdent(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || c == '_' || c == '$' || i > 0 && ('0' <= c && c <= '9' || c == '-')) {
+			return false
+		}
+	}
+	return true
+}
 
 func fieldPath(path, name string) string {
-	if !identRE.MatchString(name) {
-		name = strconv.Quote(name)
-		return path + "[" + name + "]"
+	if !isIdent(name) {
+		return path + "[" + strconv.Quote(name) + "]"
 	}
 	if path == "" {
 		return name
@@ -317,7 +328,8 @@ func (n *node) validateFields(path string, m map[string]any, skip string) *Refus
 		}
 	}
 	// Sorted for a deterministic first refusal.
-	names := make([]string, 0, len(m))
+	var buf [32]string
+	names := buf[:0]
 	for name := range m {
 		names = append(names, name)
 	}
