@@ -211,4 +211,3 @@ func call(nr uint32, args ...uint64) seccompData {
 	copy(d.args[:], args)
 	return d
 }
-
