@@ -141,9 +141,15 @@ var respTool = tagged("type", "", map[string]*node{
 	"custom": obj(fields{
 		"name":        str(),
 		"description": str(),
-		"format":      customToolFormat,
+		"format":      respCustomToolFormat,
 	}, "name"),
 }, respToolDenial)
+
+// Format of a custom tool's input. Unlike chat, the grammar is not nested.
+var respCustomToolFormat = tagged("type", "", map[string]*node{
+	"text":    obj(fields{}),
+	"grammar": obj(fields{"definition": str(), "syntax": enum("lark", "regex")}, "definition", "syntax"),
+}, nil)
 
 func respToolDenial(tag string) *denial {
 	if tag == "mcp" {
