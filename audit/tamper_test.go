@@ -120,7 +120,7 @@ func TestTamperMatrix(t *testing.T) {
 		{"two signatures", joinLines(replaceLine(L, 0, func() []byte {
 			s := string(L[0])
 			i := strings.LastIndex(s, `}]}`)
-			sig := s[strings.Index(s, `{"keyid"`):i+1]
+			sig := s[strings.Index(s, `{"keyid"`) : i+1]
 			return []byte(s[:i+1] + "," + sig + "]}")
 		}())), nil, Invalid, ErrMalformed, 1},
 		{"boundary.confirmed repeated on line 3, right key", joinLines(replaceLine(L, 2, resign(t, j.priv, L[1], func(m map[string]any) {
