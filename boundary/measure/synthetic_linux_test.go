@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/go-json-experiment/json"
 
@@ -34,7 +36,14 @@ var synthModes = []string{
 	"no-broker",   // perfect, but never connects to the broker
 }
 
+// hangMode never answers; it is run by TestConfirmHelperHangs only.
+const hangMode = "hang"
+
 func init() {
+	reexec.Register(synthPrefix+hangMode, func([]string) int {
+		time.Sleep(time.Hour)
+		return 0
+	})
 	for _, m := range synthModes {
 		reexec.Register(synthPrefix+m, func(args []string) int { return synthHelper(m, args) })
 	}
@@ -146,5 +155,52 @@ func TestConfirmJudgesReports(t *testing.T) {
 			}
 			t.Logf("not enforced: %s", strings.Join(notEnforced, " | "))
 		})
+	}
+}
+
+// TestConfirmHelperHangs: a helper that never finishes is killed when the
+// context ends; Confirm returns an error and nothing enforced.
+func TestConfirmHelperHangs(t *testing.T) {
+	h := newHostSetup(t)
+	sb := newFakeSandbox(t)
+	sb.helper = synthPrefix + hangMode
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	props, rep, err := Confirm(ctx, sb, h.config())
+	if err == nil || !strings.Contains(err.Error(), "did not finish") {
+		t.Errorf("got error %v, want: did not finish", err)
+	}
+	for _, np := range props.Named() {
+		if np.Enforced {
+			t.Errorf("%s enforced for a helper that never answered", np.Name)
+		}
+	}
+	if rep == nil || len(rep.Checks) == 0 {
+		t.Fatal("no report of what was missing")
+	}
+	if pid := int(sb.lastPID.Load()); pid > 0 {
+		if err := syscall.Kill(pid, 0); err == nil {
+			t.Errorf("the helper (pid %d) is still alive", pid)
+		}
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("Confirm took %v after its context ended", d)
+	}
+}
+
+// BenchmarkConfirm measures a whole confirmation on the unconfined fake:
+// the helper's start, every probe, the broker round trip and attribution.
+func BenchmarkConfirm(b *testing.B) {
+	d := b.TempDir()
+	rw, ro := d+"/ws", d+"/ro"
+	os.Mkdir(rw, 0o755)
+	os.Mkdir(ro, 0o755)
+	cfg := Config{ReadWrite: []string{rw}, ReadOnly: []string{ro}, HostSecrets: []string{"/etc/shadow"}}
+	sb := newFakeSandbox(b)
+	for b.Loop() {
+		if _, _, err := Confirm(context.Background(), sb, cfg); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
