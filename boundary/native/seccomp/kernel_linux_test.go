@@ -63,6 +63,10 @@ type childCase struct {
 	probes  []probe
 }
 
+// extraChildMains are child entry points that do not fit the probe
+// pattern, registered by architecture-specific test files.
+var extraChildMains = map[string]func() int{}
+
 type childState struct {
 	dir     string // a directory the parent created
 	sibling int    // pid of the sibling, when the case has one
@@ -108,6 +112,9 @@ func childMain(name string) int {
 	runtime.LockOSThread()
 	if name == caseInherit {
 		return inheritMain()
+	}
+	if fn := extraChildMains[name]; fn != nil {
+		return fn()
 	}
 	rep := childReport{Pre: map[string]string{}, Post: map[string]string{}}
 	defer func() { json.NewEncoder(os.Stdout).Encode(&rep) }()
