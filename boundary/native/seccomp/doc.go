@@ -1,7 +1,7 @@
 // Package seccomp builds and installs the native backend's seccomp filter:
 // the third wall after the namespaces and Landlock.
 //
-// The filter is a classic-BPF program over struct seccomp_data. In order:
+// The filter is a classic-BPF program over struct seccomp_data. It decides:
 //
 //  1. A syscall made under any architecture but the native one (i386 or
 //     x32 on amd64, AArch32 on arm64) kills the process: the syscall
@@ -42,7 +42,7 @@
 // The instruction types, the encoder and (in tests) the interpreter come
 // from golang.org/x/net/bpf, which the Go project maintains. Its assembler
 // takes jump distances as raw skip counts, so this package adds forward
-// labels (about 80 lines) rather than pull in libseccomp (cgo) or a
+// labels (about 100 lines) rather than pull in libseccomp (cgo) or a
 // larger seccomp library for a filter of this size. The program is a
 // linear list of syscall checks; the kernel's per-syscall action cache
 // (Linux 5.11+) skips the filter entirely for syscalls whose action does

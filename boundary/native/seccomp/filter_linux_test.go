@@ -244,6 +244,20 @@ func TestPolicyMatchesDenials(t *testing.T) {
 	}
 }
 
+// TestRulesUnique: each syscall number has one rule; a second would never
+// be reached.
+func TestRulesUnique(t *testing.T) {
+	for _, opts := range []Options{{}, {AllowUnixSockets: true}} {
+		seen := map[uint32]string{}
+		for _, r := range syscallRules(opts) {
+			if prev, dup := seen[r.nr]; dup {
+				t.Errorf("syscall %d has two rules: %s and %s", r.nr, prev, r.name)
+			}
+			seen[r.nr] = r.name
+		}
+	}
+}
+
 func TestActionZeroValueIsStrictest(t *testing.T) {
 	var a Action
 	if a != ActionKillProcess {
