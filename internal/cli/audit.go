@@ -1,0 +1,332 @@
+package cli
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/boundary"
+)
+
+func init() { addCommand(newAuditCmd) }
+
+func newAuditCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "audit",
+		Short: "Verify and read signed run journals",
+		Long: `Every run writes a signed, hash-chained journal (journal.jsonl) and its
+public key (pubkey.pem) into its run directory. These commands check and
+show it.`,
+		Example: `  moat audit verify .moat/runs/<run>/journal.jsonl --pubkey .moat/runs/<run>/pubkey.pem
+  moat audit show .moat/runs/<run>/journal.jsonl`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	cmd.AddCommand(newAuditVerifyCmd(), newAuditShowCmd())
+	return cmd
+}
+
+func newAuditVerifyCmd() *cobra.Command {
+	var pubPath, output string
+	cmd := &cobra.Command{
+		Use:   "verify JOURNAL --pubkey FILE [-o json]",
+		Short: "Check a journal's signatures and chain: exit 0 complete, 2 incomplete, 1 invalid",
+		Long: `Check every line of a journal against the run's public key, on the exact
+bytes of the file: the DSSE envelope form, the Ed25519 signature, the
+canonical payload, the record's fields, the sequence numbers and the hash
+chain (each prev is the sha256 of the line before).
+
+Exit codes:
+  0  complete: every line is valid and the terminal run.terminated is last
+  2  incomplete: a valid prefix without a terminal record, possibly ending
+     in a torn line that a crash left (the run was killed or still runs)
+  1  invalid: the first bad line is named with the reason (bad signature,
+     broken link, wrong key, sequence gap, duplicate, non-canonical payload,
+     unknown record type, data after the terminal record, …); also when the
+     journal or the key cannot be read`,
+		Example: `  moat audit verify .moat/runs/<run>/journal.jsonl --pubkey .moat/runs/<run>/pubkey.pem
+  moat audit verify journal.jsonl --pubkey pubkey.pem -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if output != "" && output != "json" {
+				return exitf(exitUsage, "unknown output format %q (supported: json)", output)
+			}
+			pub, journal, err := readJournalAndKey(args[0], pubPath)
+			if err != nil {
+				return exitf(ExitInvalid, "%v", err)
+			}
+			res := audit.Verify(journal, pub)
+			code := res.Status.ExitCode()
+			out := cmd.OutOrStdout()
+			if output == "json" {
+				b, err := json.MarshalIndent(verifyJSON{Result: res, ExitCode: code, Journal: args[0]}, "", "  ")
+				if err != nil {
+					return exitf(ExitInvalid, "BUG: encoding the result: %v", err)
+				}
+				fmt.Fprintf(out, "%s\n", b)
+				return exitCode(code)
+			}
+			switch res.Status {
+			case audit.Complete:
+				t := res.Terminal
+				fmt.Fprintf(out, "complete: %d records, run %s, key %s; terminated: %s (exit code %d)\n",
+					res.Records, res.RunID, res.KeyID, t.Reason, t.ExitCode)
+			case audit.Incomplete:
+				fmt.Fprintf(out, "incomplete: %s\n", res.Reason)
+			default:
+				fmt.Fprintf(out, "INVALID: %s\n", res.Reason)
+			}
+			return exitCode(code)
+		},
+	}
+	cmd.Flags().StringVar(&pubPath, "pubkey", "", "the run's public key (pubkey.pem in the run directory)")
+	cmd.Flags().StringVarP(&output, "output", "o", "", `output format: "json"`)
+	_ = cmd.MarkFlagRequired("pubkey")
+	return cmd
+}
+
+// verifyJSON is the -o json form of a verification.
+type verifyJSON struct {
+	audit.Result
+	ExitCode int    `json:"exit_code"`
+	Journal  string `json:"journal"`
+}
+
+func readJournalAndKey(journalPath, pubPath string) (ed25519.PublicKey, []byte, error) {
+	pemBytes, err := readCapped(pubPath, audit.MaxPublicKeyPEM)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the public key: %w", err)
+	}
+	pub, err := audit.ParsePublicKeyPEM(pemBytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", pubPath, err)
+	}
+	journal, err := readCapped(journalPath, audit.MaxJournalBytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the journal: %w", err)
+	}
+	return pub, journal, nil
+}
+
+// readCapped reads a regular file of at most limit bytes.
+func readCapped(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s is larger than the limit of %d bytes", path, limit)
+	}
+	return b, nil
+}
+
+func newAuditShowCmd() *cobra.Command {
+	var pubPath, output string
+	cmd := &cobra.Command{
+		Use:   "show JOURNAL [--pubkey FILE] [-o json]",
+		Short: "Print a journal as a readable timeline",
+		Long: `Print one line per record: time, sequence number, type and the record's key
+fields. Refused and failed requests are marked "!!". Without --pubkey the
+signatures are NOT checked (use "moat audit verify" for that); with it, the
+verdict follows the timeline and the exit code is verify's.`,
+		Example: `  moat audit show .moat/runs/<run>/journal.jsonl
+  moat audit show journal.jsonl --pubkey pubkey.pem
+  moat audit show journal.jsonl -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if output != "" && output != "json" {
+				return exitf(exitUsage, "unknown output format %q (supported: json)", output)
+			}
+			journal, err := readCapped(args[0], audit.MaxJournalBytes)
+			if err != nil {
+				return exitf(ExitInvalid, "reading the journal: %v", err)
+			}
+			out := cmd.OutOrStdout()
+			if output == "json" {
+				if err := showJSON(out, journal); err != nil {
+					return exitf(ExitInvalid, "%v", err)
+				}
+			} else {
+				showText(out, journal)
+			}
+			if pubPath == "" {
+				if output != "json" {
+					fmt.Fprintln(out, "(signatures not checked: pass --pubkey, or run moat audit verify)")
+				}
+				return nil
+			}
+			pemBytes, err := readCapped(pubPath, audit.MaxPublicKeyPEM)
+			if err != nil {
+				return exitf(ExitInvalid, "reading the public key: %v", err)
+			}
+			pub, err := audit.ParsePublicKeyPEM(pemBytes)
+			if err != nil {
+				return exitf(ExitInvalid, "%s: %v", pubPath, err)
+			}
+			res := audit.Verify(journal, pub)
+			if output != "json" {
+				if res.Status == audit.Complete {
+					fmt.Fprintf(out, "verified: complete, %d records\n", res.Records)
+				} else {
+					fmt.Fprintf(out, "verified: %s: %s\n", res.Status, res.Reason)
+				}
+			}
+			return exitCode(res.Status.ExitCode())
+		},
+	}
+	cmd.Flags().StringVar(&pubPath, "pubkey", "", "also verify against this public key")
+	cmd.Flags().StringVarP(&output, "output", "o", "", `output format: "json" (one payload object per record)`)
+	return cmd
+}
+
+// splitJournal yields each LF-terminated line and then any unterminated tail.
+func splitJournal(journal []byte, fn func(n int, line []byte, torn bool)) {
+	n := 0
+	for len(journal) > 0 {
+		n++
+		line, rest, ok := bytes.Cut(journal, []byte("\n"))
+		fn(n, line, !ok)
+		journal = rest
+	}
+}
+
+func showText(out io.Writer, journal []byte) {
+	splitJournal(journal, func(n int, line []byte, torn bool) {
+		if torn {
+			fmt.Fprintf(out, "   %-24s %5d  (torn tail of %d bytes: a write cut short)\n", "", n, len(line))
+			return
+		}
+		e, err := audit.ParseLine(line)
+		if err != nil {
+			fmt.Fprintf(out, "!! %-24s %5d  UNREADABLE: %v\n", "", n, err)
+			return
+		}
+		mark, typ, detail := "  ", e.Header.Type, describe(e.Record)
+		switch e.Record.(type) {
+		case audit.InferenceRefused:
+			mark, typ = "!!", "REFUSED "+typ
+		case audit.InferenceFailed:
+			mark, typ = "!!", "FAILED "+typ
+		case audit.BoundaryConfirmed:
+			if !e.Record.(audit.BoundaryConfirmed).Ready {
+				mark = "!!"
+			}
+		}
+		fmt.Fprintf(out, "%s %-24s %5d  %-28s %s\n", mark, e.Header.Time.Format("2006-01-02T15:04:05.000Z07:00"), e.Header.Seq, typ, detail)
+	})
+}
+
+func showJSON(out io.Writer, journal []byte) error {
+	var recs []json.RawMessage
+	var firstErr error
+	splitJournal(journal, func(n int, line []byte, torn bool) {
+		if torn {
+			return
+		}
+		e, err := audit.ParseLine(line)
+		if err != nil {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("line %d: %w", n, err)
+			}
+			return
+		}
+		recs = append(recs, e.Payload)
+	})
+	if recs == nil {
+		recs = []json.RawMessage{}
+	}
+	b, err := json.MarshalIndent(recs, "", "  ")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%s\n", b)
+	return firstErr
+}
+
+func short(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}
+
+func attribution(a audit.Attribution) string {
+	if a.Status == "resolved" {
+		return fmt.Sprintf("pid=%d exe=%s", a.PID, a.Executable)
+	}
+	return fmt.Sprintf("attribution=%s(%s)", a.Status, a.Reason)
+}
+
+func describe(r audit.Record) string {
+	switch r := r.(type) {
+	case audit.RunStarted:
+		return fmt.Sprintf("backend=%s policy=%s binary=%s", r.Backend, short(r.PolicySHA256), short(r.BinarySHA256))
+	case audit.BoundaryConfirmed:
+		p := r.Properties
+		prop := func(name string, e boundary.EnforcedProperty) string {
+			if e.Enforced {
+				return name + "=" + e.Mechanism
+			}
+			return name + "=NOT-ENFORCED"
+		}
+		s := fmt.Sprintf("ready=%t %s %s %s %s", r.Ready,
+			prop("fs", p.FilesystemConfinement), prop("egress", p.EgressInterception),
+			prop("attribution", p.RequestAttribution), prop("privilege", p.PrivilegeFloor))
+		if r.Reason != "" {
+			s += " reason=" + strconv.Quote(r.Reason)
+		}
+		return s
+	case audit.InferenceRequested:
+		return fmt.Sprintf("id=%s %s %s model=%s stream=%t reserved=%d %s", r.RequestID, r.Provider, r.Endpoint, r.Model, r.Stream, r.ReservedTokens, attribution(r.Attribution))
+	case audit.InferenceCompleted:
+		return fmt.Sprintf("id=%s status=%d bytes=%d tokens=%d/%d", r.RequestID, r.Status, r.ResponseBytes, r.Usage.InputTokens, r.Usage.OutputTokens)
+	case audit.InferenceRefused:
+		return fmt.Sprintf("id=%s reason=%s %s detail=%s", r.RequestID, r.Reason, attribution(r.Attribution), strconv.Quote(r.Detail))
+	case audit.InferenceFailed:
+		return fmt.Sprintf("id=%s reason=%s detail=%s", r.RequestID, r.Reason, strconv.Quote(r.Detail))
+	case audit.ProcessStarted:
+		argv := strings.Join(quoteAll(r.Argv), " ")
+		if len(argv) > maxShownArgv {
+			argv = argv[:maxShownArgv] + "…"
+		}
+		return fmt.Sprintf("id=%s pid=%d argv=[%s]", r.ProcessID, r.HostPID, argv)
+	case audit.ProcessExited:
+		return fmt.Sprintf("id=%s exit=%d", r.ProcessID, r.ExitCode)
+	case audit.RunTerminated:
+		c := r.Counts
+		return fmt.Sprintf("reason=%s exit=%d requested=%d completed=%d refused=%d failed=%d processes=%d",
+			r.Reason, r.ExitCode, c.Requested, c.Completed, c.Refused, c.Failed, c.Processes)
+	}
+	return fmt.Sprintf("BUG: unknown record %T", r)
+}
+
+// maxShownArgv caps the argv shown per process.started line.
+const maxShownArgv = 200
+
+func quoteAll(s []string) []string {
+	out := make([]string, len(s))
+	for i, a := range s {
+		out[i] = strconv.Quote(a)
+	}
+	return out
+}
