@@ -1,0 +1,107 @@
+package evidence
+
+// Case is one entry of the fixed case list: what the probe does (it takes
+// the case name as its argument) and what the controller expects to
+// observe.
+type Case struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	// Controls are the labels of useful-work requests that must reach the
+	// synthetic provider with a verified pre-effect record. For a refusal
+	// case, their absence makes the case insufficient.
+	Controls []string `json:"controls"`
+	// Refusal marks a case whose attack must be refused: its attack marker
+	// must never reach the provider or a receiver.
+	Refusal bool `json:"refusal"`
+	// Canary: a permitted request carrying the data canary must arrive.
+	Canary bool `json:"canary,omitempty"`
+	// MinVerified is the number of verified provider requests required.
+	MinVerified int `json:"min_verified,omitempty"`
+	// Provider is the synthetic provider's mode for the case's attack request.
+	Provider ProviderMode `json:"provider_mode"`
+	// MaxRequests overrides the policy allowance (0: DefaultMaxRequests).
+	MaxRequests int `json:"max_requests,omitempty"`
+	// Cancel: the runtime must cancel the run (exit 125, journal
+	// terminated "cancelled"), and no provider request may follow the
+	// trigger (labels in Forbidden).
+	Cancel bool `json:"cancel,omitempty"`
+	// StorageFault: the audit storage fails mid-run (needs root).
+	StorageFault bool `json:"storage_fault,omitempty"`
+	// Forbidden are control-style labels that must never reach the
+	// provider (requests sent after a cancellation).
+	Forbidden []string `json:"forbidden,omitempty"`
+}
+
+// ProviderMode is how the synthetic provider answers the request labelled
+// "trigger".
+type ProviderMode string
+
+const (
+	ProviderNormal   ProviderMode = "normal"
+	ProviderRedirect ProviderMode = "redirect" // 307 to the redirect receiver
+	ProviderReflect  ProviderMode = "reflect"  // echo the synthetic credential
+)
+
+// DefaultMaxRequests is the allowance of every case except allowance-reconnect.
+const DefaultMaxRequests = 32
+
+// AllowanceCaseMax is allowance-reconnect's allowance: before + two fills.
+const AllowanceCaseMax = 3
+
+var beforeAfter = []string{"before", "after"}
+
+// Cases is the fixed, ordered case list. It is kept in every report, even
+// when a case fails to execute.
+var Cases = []Case{
+	{Name: "allowed-inference-canary", Description: "a permitted request carrying a synthetic data canary arrives (an intentional disclosure that proves the channel works; not data-loss prevention)", Controls: beforeAfter, Canary: true},
+	{Name: "alternate-auth-route", Description: "credentials in ?key=, legacy and foreign API routes never reach the provider", Controls: beforeAfter, Refusal: true},
+	{Name: "absolute-url-target", Description: "absolute-form, authority-form and CONNECT request targets are refused", Controls: beforeAfter, Refusal: true},
+	{Name: "url-backed-document", Description: "documents and images sourced from a URL are refused", Controls: beforeAfter, Refusal: true},
+	{Name: "provider-hosted-tool", Description: "provider-hosted (server) tools and remote MCP servers are refused", Controls: beforeAfter, Refusal: true},
+	{Name: "unapproved-model", Description: "a model outside the policy's list is refused", Controls: beforeAfter, Refusal: true},
+	{Name: "unknown-control-field", Description: "an unknown request field is refused", Controls: beforeAfter, Refusal: true},
+	{Name: "server-compaction", Description: "server-side compaction and context management are refused", Controls: beforeAfter, Refusal: true},
+	{Name: "malformed-json", Description: "truncated JSON, duplicate keys and trailing data are refused", Controls: beforeAfter, Refusal: true},
+	{Name: "duplicate-content-length", Description: "duplicate and conflicting Content-Length headers are refused", Controls: beforeAfter, Refusal: true},
+	{Name: "chunked-framing", Description: "a well-formed chunked request is re-framed and works; a malformed one and a smuggled request never reach the provider", Controls: []string{"before", "chunked-ok", "after"}, Refusal: true},
+	{Name: "worker-audit-headers", Description: "Moat-* headers from the worker never reach the provider", Controls: beforeAfter, Refusal: true},
+	{Name: "worker-credential-headers", Description: "worker-supplied Authorization, x-api-key and api-key never reach the provider", Controls: beforeAfter, Refusal: true},
+	{Name: "allowance-reconnect", Description: "an exhausted request allowance stays exhausted across new connections", Controls: []string{"before", "fill-1", "fill-2"}, Refusal: true, MaxRequests: AllowanceCaseMax},
+	{Name: "twenty-signed-requests", Description: "each of 20 requests has its signed pre-effect record verified before its effect", Controls: seqLabels(20), MinVerified: 20},
+	{Name: "provider-redirect", Description: "a provider redirect is not followed: the separate redirect receiver observes nothing", Controls: []string{"before", "trigger", "after"}, Refusal: true, Provider: ProviderRedirect},
+	{Name: "credential-reflection", Description: "the provider echoes its synthetic credential: the worker never sees it, the run is cancelled, no later provider request", Controls: []string{"before", "trigger"}, Refusal: true, Provider: ProviderReflect, Cancel: true, Forbidden: []string{"after"}},
+	{Name: "audit-storage-fault", Description: "the audit storage fails during a request: the signed prefix verifies, the run is not complete, no later provider request, the runtime reports failure", Controls: []string{"before"}, Refusal: true, StorageFault: true, Forbidden: []string{"after"}},
+	{Name: "direct-network", Description: "direct TCP, UDP, abstract and pathname Unix-socket access to the host receivers fails", Controls: beforeAfter, Refusal: true},
+	{Name: "false-success-claim", Description: "the probe claims success loudly; its claims are ignored", Controls: beforeAfter, Refusal: true},
+}
+
+func seqLabels(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = seqLabel(i + 1)
+	}
+	return out
+}
+
+func seqLabel(i int) string {
+	return "seq-" + string(rune('0'+i/10)) + string(rune('0'+i%10))
+}
+
+// CaseByName returns the named case.
+func CaseByName(name string) (Case, bool) {
+	for _, c := range Cases {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Case{}, false
+}
+
+// CaseNames returns the fixed list's names in order.
+func CaseNames() []string {
+	out := make([]string, len(Cases))
+	for i, c := range Cases {
+		out[i] = c.Name
+	}
+	return out
+}

@@ -1,0 +1,56 @@
+// Package evidence is moat's containment evidence suite: the controller that
+// attacks a real sandbox with the fixed hostile probe (cmd/moat-probe), the
+// host-side receivers and synthetic provider that observe the outcome from
+// outside, the scoring rules, the bundle with its manifest, and the offline
+// verifier.
+//
+// # Bundle format
+//
+//	report.json        Report: planned cases, per-case outcome and observations,
+//	                   probe claims (kept apart, never scored), hashes, host facts
+//	report.dsse.json   DSSE envelope (payloadType ReportPayloadType) of report.json,
+//	                   signed with a fresh Ed25519 suite key; keyid is the hex
+//	                   sha256 of the raw 32-byte public key
+//	report.md          the same for people, with what the suite does not establish
+//	cases/<name>/      the raw, controller-owned observations of one case:
+//	    policy.yaml            the policy the case ran with (credential env names only)
+//	    run-info.json          what moat wrote with --run-info (absent if it never got Ready)
+//	    audit-public-key.pem   the run key, pinned from run-info before the first request
+//	    journal.jsonl          the run's journal, byte for byte
+//	    provider-events.jsonl  one ProviderEvent per request the synthetic provider received
+//	    redirect-events.jsonl  one ReceiverEvent per connection the redirect target received
+//	    receiver-events.jsonl  ReceiverEvents of the direct receivers (controls and hits)
+//	    host.json              HostRecord: exit code, namespaces, no_new_privs, cleanup
+//	    probe.out, moat.err    the probe's stdout and moat's stderr, synthetic
+//	                           credentials replaced by RedactedCredential
+//	manifest.json      {"version":1,"files":{"<relative path>":"<sha256 hex>",…}}
+//
+// Observations (the Observations type) are never written by hand: both the
+// controller and the verifier compute them from the raw files with
+// ObserveCase, and Score turns them into an outcome. The verifier therefore
+// recomputes every outcome, and a report whose observations, claims or
+// outcomes differ from what its raw files say is rejected. The probe's own
+// claims are parsed from probe.out into the report for people to read;
+// Score never sees them.
+//
+// # Scoring (the order matters)
+//
+//  1. fail: any adverse observation (a forbidden marker or credential at the
+//     provider, a request without a verified pre-effect record, a hit at a
+//     receiver, a namespace shared with the host, no no_new_privs, a process
+//     or staging left behind, a journal that does not verify, a runtime that
+//     reported success after a fault).
+//  2. invalid: missing evidence (no run info, no journal, a receiver whose
+//     positive delivery control failed, a missing host observation, a
+//     capability the case needs, e.g. root for the storage fault).
+//  3. insufficient: the refusals held but the useful-work controls (verified
+//     requests before and after the refusal) did not all arrive.
+//  4. pass otherwise.
+//
+// # The journal verifier here
+//
+// journal.go verifies journals on its own (DSSE PAE, Ed25519, the prev
+// chain, the terminal record) instead of calling package audit: the
+// evidence verifier is meant to be a second, independent reading of the
+// format that DESIGN.md specifies, so that one bug does not hide itself.
+package evidence

@@ -1,0 +1,155 @@
+package evidence
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// fakeJournal writes a journal in DESIGN.md's format with a test key: the
+// verifier under test must accept what a correct writer produces.
+type fakeJournal struct {
+	priv ed25519.PrivateKey
+	run  string
+	seq  int
+	prev string
+	data []byte
+}
+
+func newFakeJournal(t *testing.T, run string) *fakeJournal {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fakeJournal{priv: priv, run: run, prev: zeroPrev}
+}
+
+func (j *fakeJournal) pub() ed25519.PublicKey { return j.priv.Public().(ed25519.PublicKey) }
+
+func (j *fakeJournal) add(typ string, fields map[string]any) string {
+	m := map[string]any{"v": 1, "run": j.run, "seq": j.seq, "prev": j.prev, "time": "2026-11-29T08:00:00Z", "type": typ}
+	for k, v := range fields {
+		m[k] = v
+	}
+	payload, _ := json.Marshal(m)
+	env := Envelope{PayloadType: AuditPayloadType, Payload: base64.StdEncoding.EncodeToString(payload),
+		Signatures: []Signature{{KeyID: KeyID(j.pub()), Sig: base64.StdEncoding.EncodeToString(ed25519.Sign(j.priv, PAE(AuditPayloadType, payload)))}}}
+	line, _ := json.Marshal(env)
+	h := sha256.Sum256(line)
+	j.prev = hex.EncodeToString(h[:])
+	j.seq++
+	j.data = append(append(j.data, line...), '\n')
+	return string(line)
+}
+
+func sha(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
+
+// writeFakeCase writes raw files for c as a correct runtime and a clean
+// sandbox would produce them: every control arrives verified, nothing else.
+func writeFakeCase(t *testing.T, dir string, c Case) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := "20261129T080000Z-" + c.Name
+	j := newFakeJournal(t, run)
+	j.add("run.started", map[string]any{"backend": "native"})
+	j.add("boundary.confirmed", map[string]any{"ready": true})
+	var events []byte
+	n := 0
+	labels := append([]string{}, c.Controls...)
+	if c.Canary {
+		labels = append(labels, "canary")
+	}
+	for _, l := range labels {
+		body := []byte(`{"model":"claude-synthetic-1","messages":[{"role":"user","content":"` + ControlPrefix + l + `"}]}`)
+		if l == "canary" {
+			body = []byte(`{"messages":[{"content":"` + ControlPrefix + "canary data=" + Canary + `"}]}`)
+		}
+		n++
+		id := "req-" + l
+		line := j.add("inference.requested", map[string]any{"request_id": id, "body_sha256": sha(body)})
+		j.add("inference.completed", map[string]any{"request_id": id, "status": 200})
+		ev := ProviderEvent{N: n, Time: time.Now().UTC().Format(time.RFC3339Nano), Method: "POST", Path: "/v1/messages",
+			Headers: map[string]string{"moat-pre-effect": base64.StdEncoding.EncodeToString([]byte(line)), "x-api-key": RedactedCredential},
+			Body:    body, BodySHA256: sha(body), PreEffect: line, NativeVerified: true, OpenSSLVerified: true, CredentialOK: true, Response: "normal"}
+		b, _ := json.Marshal(ev)
+		events = append(append(events, b...), '\n')
+	}
+	host := HostRecord{RunInfo: true, ExitCode: 0, RunID: run, HostPID: 100, WorkloadPID: 101,
+		NetNSPrivate: boolp(true), MntNSPrivate: boolp(true), NoNewPrivs: boolp(true), WorkerGone: boolp(true), StagingRemoved: boolp(true),
+		Missing: []string{}, Notes: []string{}}
+	switch {
+	case c.StorageFault:
+		host.ExitCode, host.FaultInjected = 125, true
+	case c.Cancel:
+		host.ExitCode = 125
+		j.add("run.terminated", map[string]any{"reason": "cancelled", "exit_code": 125})
+	default:
+		j.add("run.terminated", map[string]any{"reason": "completed", "exit_code": 0})
+	}
+	var recv []byte
+	for _, r := range DirectReceivers {
+		b, _ := json.Marshal(ReceiverEvent{Receiver: r, Kind: "control", Time: "t", Bytes: 40, SHA256: sha([]byte(r))})
+		recv = append(append(recv, b...), '\n')
+	}
+	hb, _ := json.Marshal(host)
+	files := map[string][]byte{
+		FileJournal: j.data, FilePublicKey: PublicKeyPEM(j.pub()), FileProviderEvents: events, FileReceiverEvents: recv,
+		FileHost: hb, FileProbeOut: []byte(`{"step":"control:before","status":200}` + "\n" + `{"claims":{"passed":true,"escape_success":true,"audit_verified":true}}` + "\n"),
+		FileMoatErr: nil, FilePolicy: []byte("version: 1\n"), FileRunInfo: []byte(`{"run_id":"` + run + `"}`),
+	}
+	if c.Provider == ProviderRedirect {
+		b, _ := json.Marshal(ReceiverEvent{Receiver: RecvRedirect, Kind: "control", Time: "t", Bytes: 40, SHA256: sha(nil)})
+		files[FileRedirectEvents] = append(b, '\n')
+	}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// fakeBundle writes a complete, passing bundle for the named cases (all when
+// none) the way the controller assembles one, and returns its directory.
+func fakeBundle(t *testing.T, names ...string) string {
+	t.Helper()
+	out := t.TempDir()
+	planned, err := plan(names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := &Report{Suite: SuiteName, Version: ReportVersion, Planned: planned, Complete: len(names) == 0,
+		Fixture: FileInfo{SHA256: FixtureSHA256()}, Backend: "native", Kernel: "test", Arch: "amd64"}
+	for _, n := range planned {
+		c, _ := CaseByName(n)
+		dir := filepath.Join(out, CasesDir, n)
+		writeFakeCase(t, dir, c)
+		rep.Cases = append(rep.Cases, mustCaseReport(t, dir, c))
+	}
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	if _, err := FinishBundle(out, rep, priv); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func mustCaseReport(t *testing.T, dir string, c Case) CaseReport {
+	t.Helper()
+	o, err := ObserveCase(dir, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outcome, reasons := Score(c, o)
+	out, _ := os.ReadFile(filepath.Join(dir, FileProbeOut))
+	pb, _ := os.ReadFile(filepath.Join(dir, FilePublicKey))
+	pub, _ := ParsePublicKeyPEM(pb)
+	return CaseReport{Name: c.Name, Outcome: outcome, Reasons: reasons, Observations: o, ProbeClaims: ParseClaims(out), AuditKeyID: KeyID(pub)}
+}

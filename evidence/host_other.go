@@ -1,0 +1,27 @@
+//go:build !linux
+
+package evidence
+
+import "errors"
+
+var errUnsupported = errors.New("the evidence suite observes the host through Linux /proc: Linux only")
+
+func boolp(b bool) *bool { return &b }
+
+func observeNamespaces(h *HostRecord, pid int) { h.Missing = append(h.Missing, errUnsupported.Error()) }
+
+func processAlive(pid int) bool { return false }
+
+func observeCleanup(h *HostRecord, pids []int, startTimes map[int]string) {
+	h.Missing = append(h.Missing, errUnsupported.Error())
+}
+
+func procStart(pid int) string { return "" }
+
+type faultStorage struct{ dir string }
+
+func mountFaultStorage(dir string) (*faultStorage, error) { return nil, errUnsupported }
+func (f *faultStorage) fill() error                       { return errUnsupported }
+func (f *faultStorage) unmount() error                    { return errUnsupported }
+
+func landlockABI() int { return 0 }

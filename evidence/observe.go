@@ -1,0 +1,304 @@
+package evidence
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// Raw file names inside cases/<name>/.
+const (
+	FilePolicy          = "policy.yaml"
+	FileRunInfo         = "run-info.json"
+	FilePublicKey       = "audit-public-key.pem"
+	FileJournal         = "journal.jsonl"
+	FileProviderEvents  = "provider-events.jsonl"
+	FileRedirectEvents  = "redirect-events.jsonl"
+	FileReceiverEvents  = "receiver-events.jsonl"
+	FileHost            = "host.json"
+	FileProbeOut        = "probe.out"
+	FileMoatErr         = "moat.err"
+	maxSmallFile        = 1 << 20
+	preEffectHeaderName = "moat-pre-effect"
+)
+
+// HostRecord is what the controller itself observed about a case's run, on
+// the host, outside the sandbox.
+type HostRecord struct {
+	RunInfo     bool   `json:"run_info"`  // the run-info file appeared
+	ExitCode    int    `json:"exit_code"` // moat's exit code; -1 if it never ran
+	TimedOut    bool   `json:"timed_out"`
+	HostPID     int    `json:"host_pid"`
+	WorkloadPID int    `json:"workload_pid"`
+	RunID       string `json:"run_id"`
+	// Nil: not observed (missing evidence).
+	NetNSPrivate   *bool `json:"netns_private"`
+	MntNSPrivate   *bool `json:"mntns_private"`
+	NoNewPrivs     *bool `json:"no_new_privs"`
+	WorkerGone     *bool `json:"worker_gone"`
+	StagingRemoved *bool `json:"staging_removed"`
+	// FaultInjected: the audit storage was made to fail (audit-storage-fault).
+	FaultInjected bool `json:"fault_injected"`
+	// Missing lists evidence the controller could not obtain and why.
+	Missing []string `json:"missing"`
+	Notes   []string `json:"notes"`
+}
+
+// Observations are a case's controller-owned observations, computed from
+// its raw files by ObserveCase. Probe output never feeds them, except to
+// count leaked synthetic credentials (CredentialInWorkerOutput).
+type Observations struct {
+	RunInfo       bool   `json:"run_info"`
+	ExitCode      int    `json:"exit_code"`
+	Journal       string `json:"journal"` // missing | invalid | incomplete | complete
+	JournalReason string `json:"journal_reason,omitempty"`
+	Terminal      string `json:"terminal,omitempty"` // run.terminated reason
+	Requested     int    `json:"requested"`
+	Refused       int    `json:"refused"`
+	Completed     int    `json:"completed"`
+
+	ProviderEvents      bool     `json:"provider_events"` // the provider's event file exists
+	ProviderRequests    int      `json:"provider_requests"`
+	Verified            int      `json:"verified"`   // signature (native + openssl), body hash, and line in the journal
+	Unverified          int      `json:"unverified"` // reached the provider without all of that
+	ControlsSeen        []string `json:"controls_seen"`
+	Canary              bool     `json:"canary"`
+	AttackAtProvider    int      `json:"attack_at_provider"`
+	ForbiddenAtProvider []string `json:"forbidden_at_provider"`
+	CredentialMismatch  int      `json:"credential_mismatch"`
+	WorkerHeaders       int      `json:"worker_headers"`
+
+	ReceiverControls map[string]bool `json:"receiver_controls"`
+	ReceiverHits     map[string]int  `json:"receiver_hits"`
+	RedirectControl  *bool           `json:"redirect_control,omitempty"`
+	RedirectHits     int             `json:"redirect_hits"`
+
+	NetNSPrivate   *bool `json:"netns_private"`
+	MntNSPrivate   *bool `json:"mntns_private"`
+	NoNewPrivs     *bool `json:"no_new_privs"`
+	WorkerGone     *bool `json:"worker_gone"`
+	StagingRemoved *bool `json:"staging_removed"`
+	FaultInjected  bool  `json:"fault_injected"`
+
+	CredentialInWorkerOutput int      `json:"credential_in_worker_output"`
+	Missing                  []string `json:"missing"`
+}
+
+// ObserveCase computes a case's observations from the raw files in dir.
+// Missing files are missing evidence (recorded, not an error); an error
+// means a file exists but is malformed, which only tampering produces.
+func ObserveCase(dir string, c Case) (Observations, error) {
+	o := Observations{Journal: JournalMissing, ReceiverControls: map[string]bool{}, ReceiverHits: map[string]int{},
+		ControlsSeen: []string{}, ForbiddenAtProvider: []string{}, Missing: []string{}}
+	var host HostRecord
+	if err := readStrictJSON(filepath.Join(dir, FileHost), &host); err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			return o, err
+		}
+		o.Missing = append(o.Missing, "host.json: no host observations")
+		o.ExitCode = -1
+	} else {
+		o.RunInfo, o.ExitCode = host.RunInfo, host.ExitCode
+		o.NetNSPrivate, o.MntNSPrivate, o.NoNewPrivs = host.NetNSPrivate, host.MntNSPrivate, host.NoNewPrivs
+		o.WorkerGone, o.StagingRemoved, o.FaultInjected = host.WorkerGone, host.StagingRemoved, host.FaultInjected
+		o.Missing = append(o.Missing, host.Missing...)
+	}
+
+	// The journal, against the pinned run key.
+	var jr JournalResult
+	pemBytes, perr := readCapped(filepath.Join(dir, FilePublicKey), maxSmallFile)
+	jdata, jerr := readCapped(filepath.Join(dir, FileJournal), MaxJournalBytes)
+	switch {
+	case perr != nil || jerr != nil:
+		o.Journal = JournalMissing
+	default:
+		pub, err := ParsePublicKeyPEM(pemBytes)
+		if err != nil {
+			return o, fmt.Errorf("%s: %w", FilePublicKey, err)
+		}
+		jr = VerifyJournal(jdata, pub)
+		o.Journal, o.JournalReason = jr.Status, jr.Reason
+		for _, r := range jr.Records {
+			switch r.Type {
+			case "inference.requested":
+				o.Requested++
+			case "inference.refused":
+				o.Refused++
+			case "inference.completed":
+				o.Completed++
+			case "run.terminated":
+				o.Terminal, _ = r.Fields["reason"].(string)
+			}
+		}
+		if host.RunID != "" && len(jr.Records) > 0 {
+			if run, _ := jr.Records[0].Fields["run"].(string); run != host.RunID {
+				return o, fmt.Errorf("%s: run %q differs from the pinned run id %q", FileJournal, run, host.RunID)
+			}
+		}
+	}
+	requested := map[string]bool{}
+	for _, r := range jr.Records {
+		if r.Type == "inference.requested" {
+			requested[r.Line] = true
+		}
+	}
+
+	// The provider's events, each checked against the signed records.
+	evs, err := readJSONLines[ProviderEvent](filepath.Join(dir, FileProviderEvents))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return o, err
+	default:
+		o.ProviderEvents = true
+	}
+	pub, _ := ParsePublicKeyPEM(pemBytes)
+	seen := map[string]bool{}
+	forbidden := map[string]bool{}
+	for _, ev := range evs {
+		o.ProviderRequests++
+		ok := pub != nil && ev.NativeVerified && ev.OpenSSLVerified && requested[ev.PreEffect] &&
+			checkPreEffect([]byte(ev.PreEffect), ev.Body, host.RunID, pub) == nil
+		if ok {
+			o.Verified++
+		} else {
+			o.Unverified++
+		}
+		if requestHas(ev, AttackMarker) {
+			o.AttackAtProvider++
+		}
+		if !ev.CredentialOK {
+			o.CredentialMismatch++
+		}
+		for name := range ev.Headers {
+			if strings.HasPrefix(name, "moat-") && name != preEffectHeaderName {
+				o.WorkerHeaders++
+			}
+		}
+		for _, l := range controlLabels(ev.Body) {
+			for _, f := range c.Forbidden {
+				if l == f {
+					forbidden[l] = true
+				}
+			}
+			if ok {
+				seen[l] = true
+			}
+		}
+		if ok && bytes.Contains(ev.Body, []byte(Canary)) {
+			o.Canary = true
+		}
+	}
+	o.ControlsSeen = sortedKeys(seen)
+	o.ForbiddenAtProvider = sortedKeys(forbidden)
+
+	// The direct receivers.
+	rev, err := readJSONLines[ReceiverEvent](filepath.Join(dir, FileReceiverEvents))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return o, err
+	}
+	for _, name := range DirectReceivers {
+		o.ReceiverControls[name] = false
+		o.ReceiverHits[name] = 0
+	}
+	for _, e := range rev {
+		if _, known := o.ReceiverControls[e.Receiver]; !known {
+			return o, fmt.Errorf("%s: unknown receiver %q", FileReceiverEvents, e.Receiver)
+		}
+		switch e.Kind {
+		case "control":
+			o.ReceiverControls[e.Receiver] = true
+		case "hit":
+			o.ReceiverHits[e.Receiver]++
+		default:
+			return o, fmt.Errorf("%s: unknown event kind %q", FileReceiverEvents, e.Kind)
+		}
+	}
+	if c.Provider == ProviderRedirect {
+		rd, err := readJSONLines[ReceiverEvent](filepath.Join(dir, FileRedirectEvents))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return o, err
+		}
+		ctl := false
+		for _, e := range rd {
+			switch {
+			case e.Receiver == RecvRedirect && e.Kind == "control":
+				ctl = true
+			case e.Receiver == RecvRedirect && e.Kind == "hit":
+				o.RedirectHits++
+			default:
+				return o, fmt.Errorf("%s: unexpected event %q/%q", FileRedirectEvents, e.Receiver, e.Kind)
+			}
+		}
+		o.RedirectControl = &ctl
+	}
+
+	for _, f := range []string{FileProbeOut, FileMoatErr} {
+		b, err := readCapped(filepath.Join(dir, f), MaxEventsBytes)
+		if err == nil {
+			o.CredentialInWorkerOutput += bytes.Count(b, []byte(RedactedCredential))
+		}
+	}
+	return o, nil
+}
+
+// requestHas reports whether s occurs anywhere the worker could have put
+// it: target, query, header values, body.
+func requestHas(ev ProviderEvent, s string) bool {
+	if strings.Contains(ev.Path, s) || strings.Contains(ev.Query, s) || bytes.Contains(ev.Body, []byte(s)) {
+		return true
+	}
+	for k, v := range ev.Headers {
+		if strings.Contains(k, s) || strings.Contains(v, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func readCapped(path string, limit int64) ([]byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() > limit {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, limit)
+	}
+	return os.ReadFile(path)
+}
+
+// readStrictJSON decodes one JSON value, refusing unknown fields and trailing data.
+func readStrictJSON(path string, v any) error {
+	b, err := readCapped(path, maxSmallFile)
+	if err != nil {
+		return err
+	}
+	return decodeStrict(b, v)
+}
+
+func decodeStrict(b []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		return err
+	}
+	if d.More() {
+		return errors.New("trailing data")
+	}
+	return nil
+}

@@ -1,0 +1,244 @@
+package evidence
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+)
+
+// Verdict of an offline verification.
+type Verdict int
+
+const (
+	VerdictInvalid  Verdict = iota // tampered, inconsistent or unreadable: exit 1
+	VerdictSubset                  // valid, but a --case subset: exit 2
+	VerdictComplete                // valid and complete: exit 0
+)
+
+// VerifyResult is what VerifyBundle found.
+type VerifyResult struct {
+	Verdict        Verdict
+	Problems       []string // why invalid; empty otherwise
+	ManifestSHA256 string
+	SuiteKeyID     string
+	Summary        Summary
+	Planned        int
+}
+
+// ExitCode maps a verdict to `moat evidence verify`'s exit code.
+func (r VerifyResult) ExitCode() int {
+	switch r.Verdict {
+	case VerdictComplete:
+		return 0
+	case VerdictSubset:
+		return 2
+	}
+	return 1
+}
+
+// VerifyBundle checks a bundle offline: the manifest (and its pinned hash
+// when given), the report's DSSE signature, the planned list, and every
+// case's observations, claims and outcome recomputed from its raw files.
+func VerifyBundle(dir, pinnedManifestSHA256 string) (res VerifyResult) {
+	bad := func(f string, a ...any) { res.Problems = append(res.Problems, fmt.Sprintf(f, a...)) }
+	defer func() {
+		if len(res.Problems) > 0 {
+			res.Verdict = VerdictInvalid
+		}
+	}()
+
+	// Manifest.
+	mb, err := readCapped(filepath.Join(dir, FileManifest), MaxReportBytes)
+	if err != nil {
+		bad("manifest: %v", err)
+		return res
+	}
+	ms := sha256.Sum256(mb)
+	res.ManifestSHA256 = hex.EncodeToString(ms[:])
+	if pinnedManifestSHA256 != "" && !strings.EqualFold(pinnedManifestSHA256, res.ManifestSHA256) {
+		bad("manifest sha256 %s is not the pinned %s", res.ManifestSHA256, pinnedManifestSHA256)
+	}
+	var man Manifest
+	if err := decodeStrict(mb, &man); err != nil {
+		bad("manifest: %v", err)
+		return res
+	}
+	if man.Version != 1 {
+		bad("manifest version %d, want 1", man.Version)
+	}
+	files, err := hashTree(dir)
+	if err != nil {
+		bad("bundle: %v", err)
+		return res
+	}
+	for _, name := range sortedNames(files) {
+		want, ok := man.Files[name]
+		switch {
+		case !ok:
+			bad("%s: not in the manifest", name)
+		case want != files[name]:
+			bad("%s: sha256 %s, manifest says %s", name, files[name], want)
+		}
+	}
+	for _, name := range sortedNames(man.Files) {
+		if _, ok := files[name]; !ok {
+			bad("%s: in the manifest but missing", name)
+		}
+	}
+
+	// Report and its signature.
+	rb, err := readCapped(filepath.Join(dir, FileReport), MaxReportBytes)
+	if err != nil {
+		bad("report: %v", err)
+		return res
+	}
+	var rep Report
+	if err := decodeStrict(rb, &rep); err != nil {
+		bad("report.json: %v", err)
+		return res
+	}
+	res.SuiteKeyID = rep.SuiteKeyID
+	res.Planned = len(rep.Planned)
+	verifyReportSignature(dir, rb, &rep, bad)
+	if rep.Suite != SuiteName || rep.Version != ReportVersion {
+		bad("report: suite %q version %d, want %q version %d", rep.Suite, rep.Version, SuiteName, ReportVersion)
+	}
+	if rep.Fixture.SHA256 != FixtureSHA256() {
+		bad("report: case list sha256 %s differs from this verifier's %s", rep.Fixture.SHA256, FixtureSHA256())
+	}
+
+	// Planned list: a subsequence of the fixed list, without repeats.
+	fixed := CaseNames()
+	idx := -1
+	for _, n := range rep.Planned {
+		i := slices.Index(fixed, n)
+		if i <= idx {
+			bad("planned case %q is unknown, repeated or out of order", n)
+			continue
+		}
+		idx = i
+	}
+	full := slices.Equal(rep.Planned, fixed)
+	if rep.Complete != full {
+		bad("report says complete=%v, but %d of %d cases were planned", rep.Complete, len(rep.Planned), len(fixed))
+	}
+	if len(rep.Cases) != len(rep.Planned) {
+		bad("%d planned cases, %d reported: a planned case is missing", len(rep.Planned), len(rep.Cases))
+	}
+	for i, n := range rep.Planned {
+		if i < len(rep.Cases) && rep.Cases[i].Name != n {
+			bad("case %d is %q, planned %q", i+1, rep.Cases[i].Name, n)
+		}
+	}
+	// No case directory beyond the planned ones.
+	for name := range files {
+		if rest, ok := strings.CutPrefix(name, CasesDir+"/"); ok {
+			cn, _, _ := strings.Cut(rest, "/")
+			if !slices.Contains(rep.Planned, cn) {
+				bad("%s: case %q was not planned", name, cn)
+			}
+		}
+	}
+
+	// Each case, recomputed.
+	for _, cr := range rep.Cases {
+		c, ok := CaseByName(cr.Name)
+		if !ok {
+			bad("case %q is not in the fixed list", cr.Name)
+			continue
+		}
+		verifyCase(filepath.Join(dir, CasesDir, c.Name), c, cr, bad)
+	}
+	if got := Summarize(rep.Cases); got != rep.Summary {
+		bad("summary %+v does not match the outcomes %+v", rep.Summary, got)
+	}
+	res.Summary = rep.Summary
+	if full {
+		res.Verdict = VerdictComplete
+	} else {
+		res.Verdict = VerdictSubset
+	}
+	return res
+}
+
+func verifyReportSignature(dir string, rb []byte, rep *Report, bad func(string, ...any)) {
+	pub, err := ParsePublicKeyPEM([]byte(rep.SuitePublicKey))
+	if err != nil {
+		bad("report: suite public key: %v", err)
+		return
+	}
+	if KeyID(pub) != rep.SuiteKeyID {
+		bad("report: suite_keyid %s is not the key's %s", rep.SuiteKeyID, KeyID(pub))
+	}
+	db, err := readCapped(filepath.Join(dir, FileReportDSSE), MaxReportBytes)
+	if err != nil {
+		bad("report signature: %v", err)
+		return
+	}
+	var env Envelope
+	if err := decodeStrict(db, &env); err != nil {
+		bad("report.dsse.json: %v", err)
+		return
+	}
+	line, err := json.Marshal(env)
+	if err != nil {
+		bad("report.dsse.json: %v", err)
+		return
+	}
+	payload, _, _, err := VerifyEnvelope(line, ReportPayloadType, ed25519.PublicKey(pub))
+	if err != nil {
+		bad("report.dsse.json: %v", err)
+		return
+	}
+	if !bytes.Equal(payload, rb) {
+		bad("report.dsse.json signs different bytes than report.json")
+	}
+}
+
+func verifyCase(dir string, c Case, cr CaseReport, bad func(string, ...any)) {
+	o, err := ObserveCase(dir, c)
+	if err != nil {
+		bad("%s: %v", c.Name, err)
+		return
+	}
+	if !reflect.DeepEqual(normalize(o), normalize(cr.Observations)) {
+		bad("%s: recorded observations differ from the raw files:\n  recorded   %s\n  recomputed %s", c.Name, mustJSON(cr.Observations), mustJSON(o))
+	}
+	outcome, reasons := Score(c, o)
+	if outcome != cr.Outcome {
+		bad("%s: recorded outcome %q, the raw observations give %q (%s)", c.Name, cr.Outcome, outcome, strings.Join(reasons, "; "))
+	}
+	if !slices.Equal(reasons, cr.Reasons) {
+		bad("%s: recorded reasons differ from the recomputed ones", c.Name)
+	}
+	out, _ := readCapped(filepath.Join(dir, FileProbeOut), MaxEventsBytes)
+	if claims := ParseClaims(out); claims != cr.ProbeClaims {
+		bad("%s: recorded probe claims %+v differ from the probe's output %+v", c.Name, cr.ProbeClaims, claims)
+	}
+	if pemBytes, err := readCapped(filepath.Join(dir, FilePublicKey), maxSmallFile); err == nil {
+		if pub, err := ParsePublicKeyPEM(pemBytes); err == nil && KeyID(pub) != cr.AuditKeyID {
+			bad("%s: audit key %s is not the recorded %s", c.Name, KeyID(pub), cr.AuditKeyID)
+		}
+	} else if cr.AuditKeyID != "" {
+		bad("%s: audit key recorded but %s is missing", c.Name, FilePublicKey)
+	}
+}
+
+// normalize round-trips observations through JSON so that nil and empty
+// collections compare equal the way they are written.
+func normalize(o Observations) string { return mustJSON(o) }
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "BUG: " + err.Error()
+	}
+	return string(b)
+}
