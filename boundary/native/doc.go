@@ -1,0 +1,74 @@
+// Package native is moat's own sandbox backend: Linux namespaces, a
+// minimal root, Landlock, seccomp and an empty capability set, with the
+// broker's listener made inside the sandbox's loopback-only network.
+//
+// # Processes
+//
+// The supervisor (moat) starts the sandbox init by re-executing its own
+// binary as the hidden helper __moat-init, from an OS thread that stays
+// locked for the sandbox's lifetime: Go's Pdeathsig fires when the thread
+// that started the child exits, not the process. The init gets new user,
+// mount, PID, network, IPC, UTS and cgroup namespaces, uid/gid 0 mapped to
+// one host id (rootless: the caller's; as root: process.host_uid, never 0,
+// with root's supplementary groups dropped), its JSON configuration on fd
+// 3 and a SOCK_SEQPACKET control channel on fd 4. Nothing else is
+// inherited and its environment is empty. It is not dumpable.
+//
+// The init (pid 1) makes / recursively private, clones every grant with
+// open_tree(OPEN_TREE_CLONE|AT_RECURSIVE) and sets its attributes on the
+// detached copy (read-only grants rdonly,nosuid,nodev; read-write
+// nosuid,nodev), then attaches a small tmpfs at /tmp of its private
+// namespace as the new root and moves into it: a private tmpfs /tmp (size
+// from the policy), the grants at their host paths, /dev with only null,
+// zero, full, random and urandom bind-mounted from the host (a user
+// namespace cannot mknod), and a fresh /proc. The skeleton is made
+// read-only, pivot_root(".", ".") puts the old root on top, and it is
+// detached. Cloning first means a grant below /tmp is not hidden by the
+// staging mount, and no staging directory is ever created on the host.
+// The init brings lo up, makes the broker's listening socket on
+// 127.0.0.1:<ephemeral> and sends it to the supervisor with SCM_RIGHTS.
+// It then starts processes on request, reaps every child (orphans
+// included) and reports exits. When the control channel closes, it exits,
+// and the PID namespace takes every process of the sandbox with it.
+//
+// Each process (workload, measurement helper) is started by the init as
+// the helper __moat-stage, exec'd through an fd of the moat binary opened
+// before pivot_root (the binary is not in the sandbox's root), in a
+// further user namespace that maps the policy's uid/gid to the init's root.
+// The stage locks its thread, sets RLIMIT_CORE 0 and RLIMIT_NOFILE, caps
+// its user namespace's max_user_namespaces at 0 (a wall besides seccomp),
+// empties all five capability sets and locks the securebits (CAP_SETPCAP
+// and CAP_SYS_RESOURCE arrive as ambient capabilities only for this), marks
+// every fd but stdio close-on-exec, sets no_new_privs, applies Landlock to
+// its own thread with raw syscalls (go-landlock's all-threads path fails
+// when cgo is linked), installs the seccomp filter, and execs the target
+// from the same thread. A target that is not found or cannot be executed
+// is reported on a close-on-exec pipe before the exec (127, 126), so the
+// supervisor can tell those apart from the workload's own exit codes.
+//
+// # Landlock
+//
+// One ruleset per process, in the ABI the host has (checked against
+// landlock.abi_floor in Prepare, before anything runs: [ABIError]):
+// read-only grants get execute, read_file and read_dir; read-write grants
+// and /tmp every right; /dev nodes read, write, truncate and device ioctl;
+// /proc read. From ABI 4 TCP bind is denied and connect allowed only to
+// the broker's port; from ABI 6 abstract Unix sockets and signals are
+// scoped to the sandbox. A helper also gets execute+read on the moat
+// binary's fd.
+//
+// # Limits
+//
+// RLIMIT_NOFILE is set per process. Memory and pids limits use a
+// per-sandbox child cgroup when moat runs as root on cgroup v1; otherwise
+// [boundary.Sandbox.Limits] says they are not enforced, and why.
+//
+// # Not done
+//
+// Idmapped mounts for root-owned read_write grants are not implemented:
+// as root, a read_write grant not owned by the workload's host uid is
+// refused with a message saying how to fix it.
+package native
+
+// Name is the backend's registered name.
+const Name = "native"

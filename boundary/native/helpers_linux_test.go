@@ -1,0 +1,330 @@
+package native
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/internal/reexec"
+	"github.com/moat-sandbox/moat/internal/testenv"
+	"github.com/moat-sandbox/moat/policy"
+)
+
+// actionEnv selects what the test binary does when it runs as a workload
+// inside a sandbox (or as a supervisor subprocess).
+const actionEnv = "MOAT_NATIVE_TEST_ACTION"
+
+func TestMain(m *testing.M) {
+	if code, ok := reexec.Dispatch(os.Args[1:]); ok {
+		os.Exit(code)
+	}
+	if a := os.Getenv(actionEnv); a != "" {
+		os.Exit(runAction(a, os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+// runAction is the test binary acting as a workload or helper process.
+func runAction(action string, args []string) int {
+	switch action {
+	case "ops":
+		for _, a := range args {
+			fmt.Println(doOp(a))
+		}
+		return 0
+	case "exit":
+		n, _ := strconv.Atoi(args[0])
+		return n
+	case "doublefork":
+		// A setsid'd child that starts a setsid'd grandchild and exits.
+		c := exec.Command("/proc/self/exe", args...)
+		c.Env = append(os.Environ(), actionEnv+"=fork1")
+		c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := c.Run(); err != nil {
+			fmt.Println("doublefork:", err)
+			return 1
+		}
+		fmt.Println("forked")
+		time.Sleep(time.Hour)
+		return 0
+	case "fork1":
+		c := exec.Command("/proc/self/exe", args...)
+		c.Env = append(os.Environ(), actionEnv+"=sleep")
+		c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := c.Start(); err != nil {
+			return 1
+		}
+		return 0
+	case "sleep":
+		time.Sleep(time.Hour)
+		return 0
+	}
+	fmt.Fprintln(os.Stderr, "unknown action", action)
+	return 3
+}
+
+// doOp performs one "op:arg" and describes the outcome as "op:arg ok [detail]"
+// or "op:arg err <errno name>".
+func doOp(spec string) string {
+	op, arg, _ := strings.Cut(spec, ":")
+	res := func(detail string, err error) string {
+		if err != nil {
+			var en syscall.Errno
+			if errors.As(err, &en) {
+				return spec + " err " + unix.ErrnoName(en)
+			}
+			return spec + " err " + err.Error()
+		}
+		return strings.TrimSpace(spec + " ok " + detail)
+	}
+	switch op {
+	case "read":
+		b, err := os.ReadFile(arg)
+		return res(strings.TrimSpace(string(b)), err)
+	case "write":
+		return res("", os.WriteFile(arg, []byte("x"), 0o644))
+	case "stat":
+		_, err := os.Stat(arg)
+		return res("", err)
+	case "ls":
+		ents, err := os.ReadDir(arg)
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		return res(strings.Join(names, ","), err)
+	case "tcp":
+		c, err := net.DialTimeout("tcp", arg, 2*time.Second)
+		if err == nil {
+			c.Write([]byte("probe"))
+			c.Close()
+		}
+		return res("", err)
+	case "listen":
+		l, err := net.Listen("tcp", arg)
+		if err == nil {
+			l.Close()
+		}
+		return res("", err)
+	case "udp":
+		c, err := net.Dial("udp", arg)
+		if err == nil {
+			_, err = c.Write([]byte("probe"))
+			c.Close()
+		}
+		return res("", err)
+	case "unixabs":
+		c, err := net.Dial("unix", "@"+arg)
+		if err == nil {
+			c.Close()
+		}
+		return res("", err)
+	case "kill":
+		pid, _ := strconv.Atoi(arg)
+		return res("", syscall.Kill(pid, 0))
+	case "env":
+		return res(strings.Join(os.Environ(), ","), nil)
+	case "fds":
+		ents, err := os.ReadDir("/proc/self/fd")
+		var out []string
+		for _, e := range ents {
+			t, _ := os.Readlink("/proc/self/fd/" + e.Name())
+			out = append(out, e.Name()+"="+t)
+		}
+		return res(strings.Join(out, ","), err)
+	case "unshare-user":
+		return res("", unix.Unshare(unix.CLONE_NEWUSER))
+	case "id":
+		return res(fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid()), nil)
+	case "status":
+		b, err := os.ReadFile("/proc/self/status")
+		var keep []string
+		for _, l := range strings.Split(string(b), "\n") {
+			k, v, _ := strings.Cut(l, ":")
+			switch k {
+			case "NoNewPrivs", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "Seccomp":
+				keep = append(keep, k+"="+strings.TrimSpace(v))
+			}
+		}
+		return res(strings.Join(keep, ","), err)
+	case "dumpable":
+		v, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
+		return res(strconv.Itoa(v), err)
+	case "rlimit":
+		var core, nofile unix.Rlimit
+		unix.Getrlimit(unix.RLIMIT_CORE, &core)
+		err := unix.Getrlimit(unix.RLIMIT_NOFILE, &nofile)
+		return res(fmt.Sprintf("core=%d nofile=%d", core.Max, nofile.Max), err)
+	}
+	return spec + " err unknown-op"
+}
+
+// fixture is a sandbox setup that works as root and as an unprivileged
+// user from a copied test binary: every directory is 0755 and created
+// here, and the workspace is owned by the uid the sandbox maps to.
+type fixture struct {
+	bin    string // a copy of this test binary, in a read-only grant
+	binDir string
+	ws     string // the read_write grant
+	outer  string // a directory outside every grant
+	pol    *policy.Policy
+}
+
+func needSandbox(t *testing.T) {
+	t.Helper()
+	testenv.Need(t, LandlockABI() >= 1, "Landlock is not available")
+	testenv.Need(t, usernsWorks(), "unprivileged user namespaces are not available")
+}
+
+func usernsWorks() bool {
+	c := exec.Command("/proc/self/exe")
+	c.Env = []string{actionEnv + "=exit"}
+	c.Args = []string{"x", "0"}
+	c.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}}
+	return c.Run() == nil
+}
+
+func mkdir755(t *testing.T, pattern string) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	needSandbox(t)
+	f := &fixture{binDir: mkdir755(t, "moat-native-bin-"), ws: mkdir755(t, "moat-native-ws-"), outer: mkdir755(t, "moat-native-outer-")}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.bin = filepath.Join(f.binDir, "native.test")
+	if err := os.WriteFile(f.bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		if err := os.Chown(f.ws, nobodyID, nobodyID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ro := []string{f.binDir}
+	for _, p := range []string{"/usr", "/lib", "/lib64", "/bin"} {
+		if _, err := os.Stat(p); err == nil {
+			ro = append(ro, p)
+		}
+	}
+	f.pol = &policy.Policy{
+		Version:  1,
+		Backend:  Name,
+		Landlock: policy.Landlock{ABIFloor: 1},
+		Filesystem: policy.Filesystem{
+			ReadOnly:  ro,
+			ReadWrite: []string{f.ws},
+			TmpSize:   16 << 20,
+		},
+		Process: policy.Process{UID: 1000, GID: 1000, HostUID: nobodyID, HostGID: nobodyID,
+			Env:    map[string]string{"PATH": "/usr/bin:/bin"},
+			Limits: policy.Limits{OpenFiles: 256, Pids: 128, Memory: 512 << 20}},
+	}
+	return f
+}
+
+func (f *fixture) prepare(t *testing.T) boundary.Sandbox {
+	t.Helper()
+	be, err := boundary.Lookup(Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sb, err := be.Prepare(ctx, boundary.Spec{RunID: "test-" + strconv.Itoa(os.Getpid()), Policy: f.pol, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := sb.Terminate(); err != nil {
+			t.Errorf("Terminate: %v", err)
+		}
+	})
+	return sb
+}
+
+// run starts the test binary in sb with the action and args, and returns
+// its exit code and output.
+func (f *fixture) run(t *testing.T, sb boundary.Sandbox, action string, args ...string) (int, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	p, err := sb.Start(context.Background(), boundary.Process{
+		Argv:   append([]string{f.bin}, args...),
+		Env:    []string{actionEnv + "=" + action, "PATH=/usr/bin:/bin"},
+		Stdout: &out, Stderr: &errb,
+	})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	code, err := p.Wait()
+	if err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+	if errb.Len() > 0 {
+		t.Logf("workload stderr: %s", errb.String())
+	}
+	return code, out.String()
+}
+
+// ops runs the "ops" action and returns its result lines by op spec.
+func (f *fixture) ops(t *testing.T, sb boundary.Sandbox, specs ...string) map[string]string {
+	t.Helper()
+	code, out := f.run(t, sb, "ops", specs...)
+	t.Logf("ops output:\n%s", out)
+	if code != 0 {
+		t.Fatalf("ops exited %d: %s", code, out)
+	}
+	res := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		for _, s := range specs {
+			if strings.HasPrefix(l, s+" ") {
+				res[s] = strings.TrimPrefix(l, s+" ")
+			}
+		}
+	}
+	for _, s := range specs {
+		if _, ok := res[s]; !ok {
+			t.Fatalf("no result for %q in output:\n%s", s, out)
+		}
+	}
+	return res
+}
+
+func wantPrefix(t *testing.T, res map[string]string, spec, want string) {
+	t.Helper()
+	if !strings.HasPrefix(res[spec], want) {
+		t.Errorf("%s: got %q, want %q…", spec, res[spec], want)
+	}
+}

@@ -1,0 +1,333 @@
+package native
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/internal/reexec"
+)
+
+// Hidden helper names (see internal/reexec).
+const (
+	initHelper  = reexec.Prefix + "init"
+	stageHelper = reexec.Prefix + "stage"
+)
+
+func init() {
+	reexec.Register(initHelper, runInit)
+	reexec.Register(stageHelper, runStage)
+}
+
+// File descriptors the supervisor gives the init.
+const (
+	initConfigFD = 3 // JSON initConfig, read to EOF
+	initCtlFD    = 4 // SOCK_SEQPACKET control channel
+	initExeFD    = 5 // the moat binary, exec'd as /proc/self/fd/5
+)
+
+// File descriptors the init gives a stage.
+const (
+	stageErrFD    = 3 // CLOEXEC pipe: EOF means the exec succeeded
+	stageConfigFD = 4 // JSON stageConfig
+	stageExeFD    = 5 // the moat binary (for StartHelper)
+)
+
+// maxConfigBytes bounds the JSON configs read from the init/stage fds.
+const maxConfigBytes = 1 << 20
+
+// exeFDMin is where the init keeps its fd of the moat binary, above any fd
+// number a stage's file table uses.
+const exeFDMin = 100
+
+// initConfig is everything the init needs, sent by the supervisor.
+type initConfig struct {
+	Grants   []grant `json:"grants"`
+	TmpSize  int64   `json:"tmp_size"`
+	UID      int     `json:"uid"`
+	GID      int     `json:"gid"`
+	Hostname string  `json:"hostname"`
+	// Landlock is the ruleset template; the init fills ConnectPort.
+	Landlock  llRuleset `json:"landlock"`
+	OpenFiles uint64    `json:"open_files"`
+	Seccomp   bool      `json:"seccomp"`
+}
+
+// runInit is pid 1 of the sandbox.
+func runInit(args []string) int {
+	// Only the fds named above may survive into the sandbox: whatever
+	// moat itself inherited without close-on-exec goes now, before the
+	// runtime opens anything of its own.
+	unix.CloseRange(initExeFD+1, ^uint(0), 0)
+	ctl := &ctlConn{fd: initCtlFD}
+	fail := func(err error) int {
+		ctl.send(ctlMsg{Op: "error", Err: err.Error()})
+		return 125
+	}
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fail(fmt.Errorf("init: PR_SET_DUMPABLE: %w", err))
+	}
+	var cfg initConfig
+	if err := readConfig(initConfigFD, &cfg); err != nil {
+		return fail(fmt.Errorf("init: config: %w", err))
+	}
+	// Keep the moat binary open: after pivot_root it is reachable only
+	// through this fd.
+	exeFD, err := unix.FcntlInt(initExeFD, unix.F_DUPFD_CLOEXEC, exeFDMin)
+	if err != nil {
+		return fail(fmt.Errorf("init: keeping the moat binary open: %w", err))
+	}
+	unix.Close(initExeFD)
+	if err := buildRoot(&cfg); err != nil {
+		return fail(fmt.Errorf("init: building the sandbox root: %w", err))
+	}
+	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+		return fail(fmt.Errorf("init: sethostname: %w", err))
+	}
+	if err := loopbackUp(); err != nil {
+		return fail(fmt.Errorf("init: %w", err))
+	}
+	lfd, port, err := brokerSocket()
+	if err != nil {
+		return fail(fmt.Errorf("init: broker listener: %w", err))
+	}
+	cfg.Landlock.ConnectPort = port
+	in := &initState{cfg: &cfg, ctl: ctl, exeFD: exeFD, exe: os.NewFile(uintptr(exeFD), "moat"), procs: map[int]*initProc{}}
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, unix.SIGCHLD)
+	go in.reap(sigs)
+	if err := ctl.send(ctlMsg{Op: "ready", Port: port}, lfd); err != nil {
+		return 125
+	}
+	unix.Close(lfd)
+	for {
+		m, files, err := ctl.recv()
+		if err != nil {
+			// The supervisor is gone: so is the sandbox.
+			return 125
+		}
+		switch m.Op {
+		case "start":
+			in.start(m, files)
+		default:
+			closeFiles(files)
+			ctl.send(ctlMsg{Op: "error", Err: fmt.Sprintf("BUG: unknown control op %q", m.Op)})
+		}
+	}
+}
+
+func readConfig(fd int, v any) error {
+	f := os.NewFile(uintptr(fd), "config")
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
+	if err != nil {
+		return err
+	}
+	if len(b) > maxConfigBytes {
+		return fmt.Errorf("config exceeds %d bytes", maxConfigBytes)
+	}
+	return json.Unmarshal(b, v)
+}
+
+// loopbackUp brings lo up; it is the namespace's only interface.
+func loopbackUp() error {
+	s, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("socket for lo: %w", err)
+	}
+	defer unix.Close(s)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(s, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("SIOCGIFFLAGS lo: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(s, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("bringing lo up: %w", err)
+	}
+	return nil
+}
+
+// brokerListenBacklog is the broker listener's accept backlog.
+const brokerListenBacklog = 128
+
+// brokerSocket makes the broker's listening socket on 127.0.0.1:<ephemeral>
+// inside the sandbox's network namespace.
+func brokerSocket() (fd, port int, err error) {
+	fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, 0, err
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		unix.Close(fd)
+		return -1, 0, fmt.Errorf("bind 127.0.0.1:0: %w", err)
+	}
+	if err := unix.Listen(fd, brokerListenBacklog); err != nil {
+		unix.Close(fd)
+		return -1, 0, err
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		unix.Close(fd)
+		return -1, 0, err
+	}
+	in4, ok := sa.(*unix.SockaddrInet4)
+	if !ok {
+		unix.Close(fd)
+		return -1, 0, errors.New("BUG: broker socket is not IPv4")
+	}
+	return fd, in4.Port, nil
+}
+
+type initState struct {
+	cfg   *initConfig
+	ctl   *ctlConn
+	exeFD int
+	exe   *os.File // exeFD, kept open for the sandbox's lifetime
+
+	mu    sync.Mutex // held while starting a stage and while reaping
+	procs map[int]*initProc
+}
+
+type initProc struct {
+	id   int
+	exit chan int // the exit code, once reaped
+}
+
+// start starts one stage for a "start" request; files are its stdio.
+func (in *initState) start(m ctlMsg, files []*os.File) {
+	defer closeFiles(files)
+	fail := func(code int, err error) {
+		in.ctl.send(ctlMsg{Op: "failed", ID: m.ID, Code: code, Err: err.Error()})
+	}
+	if len(files) != 3 {
+		fail(125, fmt.Errorf("BUG: start with %d stdio fds", len(files)))
+		return
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		fail(125, err)
+		return
+	}
+	defer errR.Close()
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		errW.Close()
+		fail(125, err)
+		return
+	}
+	rs := in.cfg.Landlock
+	rs.ExecFD = -1
+	if m.Helper {
+		rs.ExecFD = stageExeFD
+	}
+	sc := stageConfig{Argv: m.Argv, Env: m.Env, Dir: m.Dir, Helper: m.Helper, Landlock: rs,
+		OpenFiles: in.cfg.OpenFiles, Seccomp: in.cfg.Seccomp}
+	attr := &os.ProcAttr{
+		Dir:   "/",
+		Env:   []string{},
+		Files: []*os.File{files[0], files[1], files[2], errW, cfgR, in.exe},
+		Sys: &syscall.SysProcAttr{
+			Cloneflags:  unix.CLONE_NEWUSER,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: in.cfg.UID, HostID: 0, Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: in.cfg.GID, HostID: 0, Size: 1}},
+			// The stage needs CAP_SETPCAP to empty the bounding set and
+			// CAP_SYS_RESOURCE to cap its user namespaces; it drops both
+			// before it execs the target.
+			AmbientCaps: []uintptr{unix.CAP_SETPCAP, unix.CAP_SYS_RESOURCE},
+			Setsid:      true,
+			Setctty:     m.TTY,
+			Pdeathsig:   unix.SIGKILL,
+		},
+	}
+	in.mu.Lock()
+	p, err := os.StartProcess("/proc/self/fd/"+strconv.Itoa(in.exeFD), []string{"moat", stageHelper}, attr)
+	pidfd, pid := -1, 0
+	var ip *initProc
+	if err == nil {
+		pid = p.Pid
+		pidfd, _ = unix.PidfdOpen(p.Pid, 0) // cannot fail while we hold mu: the child is unreaped
+		ip = &initProc{id: m.ID, exit: make(chan int, 1)}
+		in.procs[p.Pid] = ip
+		p.Release()
+	}
+	in.mu.Unlock()
+	errW.Close()
+	cfgR.Close()
+	if err != nil {
+		cfgW.Close()
+		fail(125, fmt.Errorf("starting the stage: %w", err))
+		return
+	}
+	go func() {
+		json.NewEncoder(cfgW).Encode(sc)
+		cfgW.Close()
+	}()
+	// The stage reports a failure before exec on the pipe; EOF means the
+	// target is running.
+	var rep stageReport
+	b, _ := io.ReadAll(io.LimitReader(errR, maxControlMsg))
+	if len(b) > 0 {
+		if json.Unmarshal(b, &rep) != nil || rep.Code == 0 {
+			rep = stageReport{Code: 125, Err: "stage failed: " + string(b)}
+		}
+		if pidfd >= 0 {
+			unix.Close(pidfd)
+		}
+		go func() { <-ip.exit }()
+		fail(rep.Code, errors.New(rep.Err))
+		return
+	}
+	if pidfd < 0 {
+		fail(125, errors.New("BUG: no pidfd for the stage"))
+		return
+	}
+	in.ctl.send(ctlMsg{Op: "started", ID: m.ID, PID: pid}, pidfd)
+	unix.Close(pidfd)
+	go func() {
+		code := <-ip.exit
+		in.ctl.send(ctlMsg{Op: "exited", ID: m.ID, Code: code})
+	}()
+}
+
+// reap collects every child, including orphans that reparent to pid 1.
+func (in *initState) reap(sigs <-chan os.Signal) {
+	for range sigs {
+		in.mu.Lock()
+		for {
+			var ws unix.WaitStatus
+			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil || pid <= 0 {
+				break
+			}
+			if ip, ok := in.procs[pid]; ok {
+				delete(in.procs, pid)
+				ip.exit <- exitCode(ws)
+			}
+		}
+		in.mu.Unlock()
+	}
+}
+
+func exitCode(ws unix.WaitStatus) int {
+	switch {
+	case ws.Exited():
+		return ws.ExitStatus()
+	case ws.Signaled():
+		return 128 + int(ws.Signal())
+	}
+	return 125
+}

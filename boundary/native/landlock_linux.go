@@ -1,0 +1,177 @@
+package native
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Raw Landlock syscalls. go-landlock applies a ruleset to every thread
+// through AllThreadsSyscall, which refuses to run when cgo is linked (as in
+// `go test -race` binaries); the stage restricts only its own locked thread
+// and then execs from it, so the raw calls below are all it needs.
+
+// Filesystem access rights (include/uapi/linux/landlock.h).
+const (
+	llFSExecute    = 1 << 0
+	llFSWriteFile  = 1 << 1
+	llFSReadFile   = 1 << 2
+	llFSReadDir    = 1 << 3
+	llFSRemoveDir  = 1 << 4
+	llFSRemoveFile = 1 << 5
+	llFSMakeChar   = 1 << 6
+	llFSMakeDir    = 1 << 7
+	llFSMakeReg    = 1 << 8
+	llFSMakeSock   = 1 << 9
+	llFSMakeFifo   = 1 << 10
+	llFSMakeBlock  = 1 << 11
+	llFSMakeSym    = 1 << 12
+	llFSRefer      = 1 << 13 // ABI 2
+	llFSTruncate   = 1 << 14 // ABI 3
+	llFSIoctlDev   = 1 << 15 // ABI 5
+
+	llNetBindTCP    = 1 << 0 // ABI 4
+	llNetConnectTCP = 1 << 1 // ABI 4
+
+	llScopeAbstractUnix = 1 << 0 // ABI 6
+	llScopeSignal       = 1 << 1 // ABI 6
+
+	llCreateRulesetVersion = 1 << 0
+	llRulePathBeneath      = 1
+	llRuleNetPort          = 2
+
+	// llFileRights are the rights that may be granted on a rule whose
+	// target is not a directory.
+	llFileRights = llFSExecute | llFSWriteFile | llFSReadFile | llFSTruncate | llFSIoctlDev
+)
+
+// ABIError says that the host's Landlock ABI is below the policy's floor.
+// moat refuses before anything runs.
+type ABIError struct {
+	Found int // 0 when Landlock is absent or disabled
+	Floor int
+}
+
+func (e *ABIError) Error() string {
+	if e.Found == 0 {
+		return fmt.Sprintf("moat: refused: Landlock is not available on this kernel (landlock.abi_floor is %d); enable Landlock (lsm=landlock) or use another backend", e.Floor)
+	}
+	return fmt.Sprintf("moat: refused: host Landlock ABI is %d, below landlock.abi_floor %d; lower landlock.abi_floor in the policy or run on a newer kernel", e.Found, e.Floor)
+}
+
+// LandlockABI returns the host's Landlock ABI version, or 0 when Landlock
+// is not available.
+func LandlockABI() int {
+	v, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, llCreateRulesetVersion)
+	if errno != 0 {
+		return 0
+	}
+	return int(v)
+}
+
+// llFSAll is every filesystem right the given ABI knows.
+func llFSAll(abi int) uint64 {
+	r := uint64(1<<13 - 1)
+	if abi >= 2 {
+		r |= llFSRefer
+	}
+	if abi >= 3 {
+		r |= llFSTruncate
+	}
+	if abi >= 5 {
+		r |= llFSIoctlDev
+	}
+	return r
+}
+
+// llRule is one path-beneath rule, resolved inside the sandbox root.
+type llRule struct {
+	Path   string `json:"path"`
+	Access uint64 `json:"access"`
+}
+
+// llRuleset is what the stage applies: filesystem rules, the one TCP port
+// that may be connected to, and the scopes.
+type llRuleset struct {
+	ABI         int      `json:"abi"`
+	Rules       []llRule `json:"rules"`
+	ConnectPort int      `json:"connect_port"`
+	// ExecFD, when >= 0, is an open fd of the moat binary that gets
+	// execute+read (StartHelper only).
+	ExecFD int `json:"exec_fd"`
+}
+
+type llRulesetAttr struct {
+	fs, net, scoped uint64
+}
+
+type llNetPortAttr struct {
+	access, port uint64
+}
+
+// restrictSelf applies rs to the calling thread. The caller must have
+// locked the OS thread and set no_new_privs.
+func restrictSelf(rs llRuleset) error {
+	if rs.ABI < 1 {
+		return errors.New("BUG: Landlock ruleset without an ABI")
+	}
+	attr := llRulesetAttr{fs: llFSAll(rs.ABI)}
+	if rs.ABI >= 4 {
+		attr.net = llNetBindTCP | llNetConnectTCP
+	}
+	if rs.ABI >= 6 {
+		attr.scoped = llScopeAbstractUnix | llScopeSignal
+	}
+	fd, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0)
+	if errno != 0 {
+		return fmt.Errorf("landlock_create_ruleset (ABI %d): %w", rs.ABI, errno)
+	}
+	rfd := int(fd)
+	defer unix.Close(rfd)
+	for _, r := range rs.Rules {
+		pfd, err := unix.Open(r.Path, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("landlock rule %s: %w", r.Path, err)
+		}
+		err = addPathRule(rfd, pfd, r.Access&attr.fs)
+		unix.Close(pfd)
+		if err != nil {
+			return fmt.Errorf("landlock rule %s: %w", r.Path, err)
+		}
+	}
+	if rs.ExecFD >= 0 {
+		if err := addPathRule(rfd, rs.ExecFD, llFSExecute|llFSReadFile); err != nil {
+			return fmt.Errorf("landlock rule for the moat binary: %w", err)
+		}
+	}
+	if rs.ABI >= 4 && rs.ConnectPort > 0 {
+		np := llNetPortAttr{access: llNetConnectTCP, port: uint64(rs.ConnectPort)}
+		if _, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(rfd), llRuleNetPort, uintptr(unsafe.Pointer(&np)), 0, 0, 0); errno != 0 {
+			return fmt.Errorf("landlock net rule for port %d: %w", rs.ConnectPort, errno)
+		}
+	}
+	if _, _, errno := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(rfd), 0, 0); errno != 0 {
+		return fmt.Errorf("landlock_restrict_self: %w", errno)
+	}
+	return nil
+}
+
+func addPathRule(rfd, pfd int, access uint64) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(pfd, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		access &= llFileRights
+	}
+	// struct landlock_path_beneath_attr is packed: u64 allowed_access, s32 parent_fd.
+	var b [12]byte
+	*(*uint64)(unsafe.Pointer(&b[0])) = access
+	*(*int32)(unsafe.Pointer(&b[8])) = int32(pfd)
+	if _, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(rfd), llRulePathBeneath, uintptr(unsafe.Pointer(&b[0])), 0, 0, 0); errno != 0 {
+		return errno
+	}
+	return nil
+}

@@ -1,0 +1,283 @@
+package native
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/boundary/native/seccomp"
+	"github.com/moat-sandbox/moat/policy"
+)
+
+// Defaults for zero policy fields that cannot mean "nothing".
+const (
+	// DefaultTmpSize is the /tmp tmpfs size when the policy gives none
+	// (a tmpfs of size 0 would be unlimited).
+	DefaultTmpSize = 64 << 20
+	// nobodyID is the host uid/gid used as root when the policy names none
+	// and the workspace is owned by root.
+	nobodyID = 65534
+	// minABIFloor: Landlock must exist at all, whatever the policy says.
+	minABIFloor = 1
+)
+
+// testOmitLandlock, set only by this package's tests, leaves these grants
+// out of the Landlock ruleset while they stay bind-mounted, to show that
+// Landlock holds on its own.
+var testOmitLandlock []string
+
+type backend struct{}
+
+func (backend) Name() string { return Name }
+
+// Prepare builds the sandbox: it checks the Landlock ABI against the
+// policy's floor before anything runs, starts the init in fresh
+// namespaces, and waits until the root is built and the broker listener
+// exists. Nothing of the workload runs yet.
+func (backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.Sandbox, error) {
+	pol := spec.Policy
+	if pol == nil {
+		return nil, errors.New("native: BUG: no policy in spec")
+	}
+	abi := LandlockABI()
+	floor := max(pol.Landlock.ABIFloor, minABIFloor)
+	if abi < floor {
+		return nil, &ABIError{Found: abi, Floor: floor}
+	}
+	if pol.Process.UID <= 0 {
+		return nil, fmt.Errorf("moat: refused: process.uid is %d; the workload must run as a non-root uid (e.g. 1000)", pol.Process.UID)
+	}
+	gid := pol.Process.GID
+	if gid <= 0 {
+		gid = pol.Process.UID
+	}
+	hostUID, hostGID, err := hostIDs(pol)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := initConfigFor(pol, abi, gid)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := seccomp.Build(seccomp.Options{AllowUnixSockets: abi >= 9}); err != nil {
+		return nil, fmt.Errorf("moat: refused: the seccomp filter cannot be built here: %w", err)
+	}
+	cfg.Seccomp = true
+	// The supervisor holds the listener and the journal key: keep it out
+	// of reach of ptrace and core dumps.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return nil, fmt.Errorf("native: PR_SET_DUMPABLE: %w", err)
+	}
+	sb := &sandbox{runID: spec.RunID, abi: abi, policy: pol,
+		pending: map[int]*proc{}, procs: map[int]*proc{},
+		initDone: make(chan struct{}), release: make(chan struct{}), ready: make(chan error, 1)}
+	if err := sb.startInit(ctx, cfg, hostUID, hostGID); err != nil {
+		sb.Terminate()
+		return nil, err
+	}
+	return sb, nil
+}
+
+// hostIDs is the host uid/gid the sandbox's root maps to. Rootless, it is
+// the caller's own; as root, process.host_uid/host_gid, never 0.
+func hostIDs(pol *policy.Policy) (int, int, error) {
+	if os.Geteuid() != 0 {
+		return os.Geteuid(), os.Getegid(), nil
+	}
+	uid, gid := pol.Process.HostUID, pol.Process.HostGID
+	if uid == 0 || gid == 0 {
+		ownerUID, ownerGID := nobodyID, nobodyID
+		if len(pol.Filesystem.ReadWrite) > 0 {
+			var st unix.Stat_t
+			if unix.Stat(pol.Filesystem.ReadWrite[0], &st) == nil && st.Uid != 0 {
+				ownerUID, ownerGID = int(st.Uid), int(st.Gid)
+			}
+		}
+		if uid == 0 {
+			uid = ownerUID
+		}
+		if gid == 0 {
+			gid = ownerGID
+		}
+	}
+	if uid <= 0 || gid <= 0 {
+		return 0, 0, fmt.Errorf("BUG: host ids %d:%d", uid, gid)
+	}
+	// A read_write grant the workload's host uid does not own could not be
+	// written. Idmapped mounts are not implemented yet: refuse.
+	for _, p := range pol.Filesystem.ReadWrite {
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			return 0, 0, fmt.Errorf("moat: refused: read_write grant %s: %w", p, err)
+		}
+		if int(st.Uid) != uid {
+			return 0, 0, fmt.Errorf("moat: refused: read_write grant %s is owned by uid %d, but the workload runs as host uid %d (process.host_uid); chown -R %d:%d %s, or set process.host_uid to its owner", p, st.Uid, uid, uid, gid, p)
+		}
+	}
+	return uid, gid, nil
+}
+
+// initConfigFor turns the policy into the init's configuration and the
+// Landlock ruleset (the port is filled in by the init).
+func initConfigFor(pol *policy.Policy, abi, gid int) (*initConfig, error) {
+	cfg := &initConfig{UID: pol.Process.UID, GID: gid, Hostname: "moat", TmpSize: int64(pol.Filesystem.TmpSize)}
+	if cfg.TmpSize <= 0 {
+		cfg.TmpSize = DefaultTmpSize
+	}
+	if pol.Process.Limits.OpenFiles > 0 {
+		cfg.OpenFiles = uint64(pol.Process.Limits.OpenFiles)
+	}
+	rs := llRuleset{ABI: abi, ExecFD: -1}
+	add := func(path string, write bool) error {
+		if !filepath.IsAbs(path) || filepath.Clean(path) != path || path == "/" {
+			return fmt.Errorf("moat: refused: grant %q must be a clean absolute path other than /", path)
+		}
+		if _, err := os.Stat(path); err != nil {
+			return fmt.Errorf("moat: refused: grant %s: %w", path, err)
+		}
+		cfg.Grants = append(cfg.Grants, grant{Path: path, Write: write})
+		for _, o := range testOmitLandlock {
+			if o == path {
+				return nil
+			}
+		}
+		acc := uint64(llFSExecute | llFSReadFile | llFSReadDir)
+		if write {
+			acc = llFSAll(abi)
+		}
+		rs.Rules = append(rs.Rules, llRule{Path: path, Access: acc})
+		return nil
+	}
+	for _, p := range pol.Filesystem.ReadOnly {
+		if err := add(p, false); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range pol.Filesystem.ReadWrite {
+		if err := add(p, true); err != nil {
+			return nil, err
+		}
+	}
+	rs.Rules = append(rs.Rules, llRule{Path: "/tmp", Access: llFSAll(abi)}, llRule{Path: "/proc", Access: llFSReadFile | llFSReadDir})
+	for _, n := range devNodes {
+		rs.Rules = append(rs.Rules, llRule{Path: "/dev/" + n, Access: llFSReadFile | llFSWriteFile | llFSTruncate | llFSIoctlDev})
+	}
+	cfg.Landlock = rs
+	return cfg, nil
+}
+
+// startInit starts the init from an OS thread that stays locked for the
+// sandbox's lifetime (Pdeathsig fires when that thread exits), and waits
+// until it reports ready.
+func (sb *sandbox) startInit(ctx context.Context, cfg *initConfig, hostUID, hostGID int) error {
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("native: control socketpair: %w", err)
+	}
+	sb.ctl = &ctlConn{fd: pair[0]}
+	child := os.NewFile(uintptr(pair[1]), "ctl")
+	defer child.Close()
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer cfgR.Close()
+	exePath, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("native: locating the moat binary: %w", err)
+	}
+	// Exec through an fd: as root the init runs as host_uid, which may not
+	// be able to walk to the binary's directory.
+	exe, err := os.Open(exePath)
+	if err != nil {
+		return fmt.Errorf("native: opening the moat binary: %w", err)
+	}
+	defer exe.Close()
+	root := os.Geteuid() == 0
+	cmd := &exec.Cmd{
+		Path:       "/proc/self/fd/" + strconv.Itoa(initExeFD),
+		Args:       []string{"moat", initHelper},
+		Env:        []string{},
+		Dir:        "/",
+		ExtraFiles: []*os.File{cfgR, child, exe}, // fds 3, 4, 5
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
+				unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP,
+			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostUID, Size: 1}},
+			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostGID, Size: 1}},
+			GidMappingsEnableSetgroups: root, // as root, drop root's supplementary groups
+			Credential:                 &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: !root},
+			Pdeathsig:                  syscall.SIGKILL,
+		},
+	}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the sandbox
+		err := startDumpable(cmd)
+		started <- err
+		if err != nil {
+			return
+		}
+		<-sb.release
+	}()
+	if err := <-started; err != nil {
+		close(sb.initDone)
+		return fmt.Errorf("native: starting the sandbox init: %w", err)
+	}
+	sb.cmd = cmd
+	go func() { cmd.Wait(); close(sb.initDone) }()
+	sb.cg, sb.limits = newCgroups(sb.runID, sb.policy.Process.Limits)
+	if sb.cg != nil {
+		if err := sb.cg.add(cmd.Process.Pid); err != nil {
+			return fmt.Errorf("native: cgroup: %w", err)
+		}
+	}
+	if cfg.OpenFiles > 0 {
+		sb.limits.OpenFiles = true
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return fmt.Errorf("BUG: init config: %w", err)
+	}
+	go func() { cfgW.Write(b); cfgW.Close() }()
+	go sb.readCtl()
+	select {
+	case err := <-sb.ready:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func init() { boundary.Register(backend{}) }
+
+// dumpMu serializes the moments when a rootless supervisor is dumpable.
+var dumpMu sync.Mutex
+
+// startDumpable starts cmd. The supervisor is not dumpable, which makes
+// /proc/<child>/uid_map root's; rootless, the supervisor could not write
+// the child's id maps. So it is dumpable for the duration of the fork,
+// and only then.
+func startDumpable(cmd *exec.Cmd) error {
+	if os.Geteuid() == 0 {
+		return cmd.Start()
+	}
+	dumpMu.Lock()
+	defer dumpMu.Unlock()
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0); err != nil {
+		return err
+	}
+	defer unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	return cmd.Start()
+}

@@ -1,0 +1,438 @@
+package native
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/boundary/attrib"
+	"github.com/moat-sandbox/moat/policy"
+)
+
+// stdioDrainDelay bounds how long Wait keeps copying a process's output
+// after it exited, while a descendant still holds the pipe.
+const stdioDrainDelay = 2 * time.Second
+
+type sandbox struct {
+	runID  string
+	abi    int
+	policy *policy.Policy
+	cmd    *exec.Cmd
+	ctl    *ctlConn
+	cg     *cgroups
+	limits boundary.LimitsStatus
+
+	listener *os.File
+	port     int
+	ready    chan error
+
+	initDone chan struct{} // closed when the init has been reaped
+	release  chan struct{} // closed to end the supervisor's locked thread
+
+	mu      sync.Mutex
+	nextID  int
+	pending map[int]*proc // sent "start", no answer yet
+	procs   map[int]*proc // started, not exited
+	dead    error         // set once the control channel is gone
+	readyOK bool
+
+	termOnce sync.Once
+	termErr  error
+}
+
+// readCtl dispatches the init's messages until the channel closes.
+func (sb *sandbox) readCtl() {
+	for {
+		m, files, err := sb.ctl.recv()
+		if err != nil {
+			sb.channelGone(err)
+			sb.ctl.close()
+			return
+		}
+		switch m.Op {
+		case "ready":
+			if len(files) != 1 || m.Port <= 0 {
+				closeFiles(files)
+				sb.ready <- errors.New("native: BUG: init sent no broker listener")
+				continue
+			}
+			sb.mu.Lock()
+			sb.listener, sb.port, sb.readyOK = files[0], m.Port, true
+			sb.mu.Unlock()
+			sb.ready <- nil
+		case "error":
+			closeFiles(files)
+			sb.mu.Lock()
+			ok := sb.readyOK
+			sb.mu.Unlock()
+			if !ok {
+				sb.ready <- errors.New(m.Err)
+			}
+		case "started", "failed":
+			sb.mu.Lock()
+			p := sb.pending[m.ID]
+			delete(sb.pending, m.ID)
+			if p != nil && m.Op == "started" {
+				sb.procs[m.ID] = p
+			}
+			sb.mu.Unlock()
+			if p == nil {
+				closeFiles(files)
+				continue
+			}
+			if m.Op == "failed" {
+				closeFiles(files)
+				p.started <- &StartError{Code: m.Code, Msg: m.Err}
+				continue
+			}
+			if len(files) != 1 {
+				closeFiles(files)
+				p.started <- errors.New("native: BUG: started without a pidfd")
+				continue
+			}
+			p.pidfd = files[0]
+			p.hostPID = pidOfPidfd(p.pidfd)
+			p.started <- nil
+		case "exited":
+			closeFiles(files)
+			sb.mu.Lock()
+			p := sb.procs[m.ID]
+			delete(sb.procs, m.ID)
+			sb.mu.Unlock()
+			if p != nil {
+				p.exit <- exitResult{code: m.Code}
+			}
+		default:
+			closeFiles(files)
+		}
+	}
+}
+
+func (sb *sandbox) channelGone(err error) {
+	if errors.Is(err, errClosed) {
+		err = errors.New("native: the sandbox init exited")
+	}
+	sb.mu.Lock()
+	sb.dead = err
+	pending, procs := sb.pending, sb.procs
+	sb.pending, sb.procs = map[int]*proc{}, map[int]*proc{}
+	ok := sb.readyOK
+	sb.mu.Unlock()
+	if !ok {
+		select {
+		case sb.ready <- fmt.Errorf("native: the sandbox init failed before it was ready: %w", err):
+		default:
+		}
+	}
+	for _, p := range pending {
+		p.started <- err
+	}
+	for _, p := range procs {
+		p.exit <- exitResult{code: 128 + int(unix.SIGKILL), err: err}
+	}
+}
+
+// StartError is a process that could not be started. Code is 127 when
+// the command was not found, 126 when it cannot be executed, 125 when moat
+// failed to confine it (it never ran unconfined).
+type StartError struct {
+	Code int
+	Msg  string
+}
+
+func (e *StartError) Error() string { return e.Msg }
+
+// Start runs p under the sandbox's full confinement.
+func (sb *sandbox) Start(ctx context.Context, p boundary.Process) (boundary.Running, error) {
+	if len(p.Argv) == 0 {
+		return nil, errors.New("moat: refused: no command given")
+	}
+	return sb.start(ctx, p, false)
+}
+
+// StartHelper runs moat's own binary with args under the same confinement
+// as Start; the binary is reached through an fd, it is not in the root.
+func (sb *sandbox) StartHelper(ctx context.Context, args []string, p boundary.Process) (boundary.Running, error) {
+	p.Argv = append([]string{"moat"}, args...)
+	return sb.start(ctx, p, true)
+}
+
+type exitResult struct {
+	code int
+	err  error
+}
+
+type proc struct {
+	started chan error
+	exit    chan exitResult
+	pidfd   *os.File
+	hostPID int
+
+	parentFiles []*os.File // our ends of stdio pipes
+	copies      sync.WaitGroup
+	waitOnce    sync.Once
+	res         exitResult
+}
+
+func (sb *sandbox) start(ctx context.Context, p boundary.Process, helper bool) (boundary.Running, error) {
+	pr := &proc{started: make(chan error, 1), exit: make(chan exitResult, 1)}
+	child, err := pr.stdio(p)
+	if err != nil {
+		return nil, err
+	}
+	sb.mu.Lock()
+	if sb.dead != nil {
+		sb.mu.Unlock()
+		closeFiles(child)
+		pr.closeParent()
+		return nil, fmt.Errorf("moat: the sandbox is gone: %w", sb.dead)
+	}
+	sb.nextID++
+	id := sb.nextID
+	sb.pending[id] = pr
+	sb.mu.Unlock()
+	env := p.Env
+	if env == nil {
+		env = []string{}
+	}
+	fds := []int{int(child[0].Fd()), int(child[1].Fd()), int(child[2].Fd())}
+	err = sb.ctl.send(ctlMsg{Op: "start", ID: id, Argv: p.Argv, Env: env, Dir: p.Dir, Helper: helper, TTY: p.TTY != nil}, fds...)
+	closeFiles(child)
+	if err != nil {
+		sb.mu.Lock()
+		delete(sb.pending, id)
+		sb.mu.Unlock()
+		pr.closeParent()
+		return nil, fmt.Errorf("native: asking the init to start %q: %w", p.Argv[0], err)
+	}
+	select {
+	case err = <-pr.started:
+	case <-ctx.Done():
+		// The init answers regardless; a process started after we gave up
+		// is killed.
+		go func() {
+			if <-pr.started == nil {
+				pr.Signal(unix.SIGKILL)
+				pr.Wait()
+			}
+		}()
+		pr.closeParent()
+		return nil, ctx.Err()
+	}
+	if err != nil {
+		pr.closeParent()
+		return nil, err
+	}
+	return pr, nil
+}
+
+// stdio returns the three files the process gets, starting copy goroutines
+// for readers and writers that are not files.
+func (pr *proc) stdio(p boundary.Process) ([]*os.File, error) {
+	if p.TTY != nil {
+		var out []*os.File
+		for i := 0; i < 3; i++ {
+			f, err := dupFile(p.TTY)
+			if err != nil {
+				closeFiles(out)
+				return nil, err
+			}
+			out = append(out, f)
+		}
+		return out, nil
+	}
+	var out []*os.File
+	fail := func(err error) ([]*os.File, error) {
+		closeFiles(out)
+		pr.closeParent()
+		return nil, err
+	}
+	// stdin
+	switch r := p.Stdin.(type) {
+	case nil:
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			return fail(err)
+		}
+		out = append(out, f)
+	case *os.File:
+		f, err := dupFile(r)
+		if err != nil {
+			return fail(err)
+		}
+		out = append(out, f)
+	default:
+		pr2, pw, err := os.Pipe()
+		if err != nil {
+			return fail(err)
+		}
+		out = append(out, pr2)
+		go func() { io.Copy(pw, r); pw.Close() }()
+	}
+	for _, w := range []io.Writer{p.Stdout, p.Stderr} {
+		switch w := w.(type) {
+		case nil:
+			f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+			if err != nil {
+				return fail(err)
+			}
+			out = append(out, f)
+		case *os.File:
+			f, err := dupFile(w)
+			if err != nil {
+				return fail(err)
+			}
+			out = append(out, f)
+		default:
+			rd, wr, err := os.Pipe()
+			if err != nil {
+				return fail(err)
+			}
+			out = append(out, wr)
+			pr.parentFiles = append(pr.parentFiles, rd)
+			pr.copies.Add(1)
+			go func() { defer pr.copies.Done(); io.Copy(w, rd) }()
+		}
+	}
+	return out, nil
+}
+
+func dupFile(f *os.File) (*os.File, error) {
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("native: dup stdio: %w", err)
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
+}
+
+func (pr *proc) closeParent() { closeFiles(pr.parentFiles) }
+
+func (pr *proc) HostPID() int { return pr.hostPID }
+
+// Wait returns the exit code (128+signal when killed).
+func (pr *proc) Wait() (int, error) {
+	pr.waitOnce.Do(func() {
+		pr.res = <-pr.exit
+		done := make(chan struct{})
+		go func() { pr.copies.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(stdioDrainDelay):
+		}
+		pr.closeParent()
+		if pr.pidfd != nil {
+			pr.pidfd.Close()
+		}
+	})
+	return pr.res.code, pr.res.err
+}
+
+// Signal sends sig through the process's pidfd (never to a recycled pid).
+func (pr *proc) Signal(sig os.Signal) error {
+	s, ok := sig.(unix.Signal)
+	if !ok {
+		return fmt.Errorf("native: unsupported signal %v", sig)
+	}
+	if pr.pidfd == nil {
+		return errors.New("native: process not started")
+	}
+	return unix.PidfdSendSignal(int(pr.pidfd.Fd()), s, nil, 0)
+}
+
+// pidOfPidfd reads the pid a pidfd refers to, as this process's /proc
+// sees it (the host pid).
+func pidOfPidfd(f *os.File) int {
+	fi, err := os.Open("/proc/self/fdinfo/" + strconv.Itoa(int(f.Fd())))
+	if err != nil {
+		return 0
+	}
+	defer fi.Close()
+	sc := bufio.NewScanner(fi)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "Pid:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
+}
+
+// Listener returns the broker's listening socket, made inside the
+// sandbox's network namespace. The caller owns the returned File.
+func (sb *sandbox) Listener() (boundary.ListenerInfo, error) {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.listener == nil {
+		return boundary.ListenerInfo{}, errors.New("native: no broker listener (the sandbox is not prepared or was terminated)")
+	}
+	f, err := dupFile(sb.listener)
+	if err != nil {
+		return boundary.ListenerInfo{}, err
+	}
+	return boundary.ListenerInfo{File: f, Port: sb.port}, nil
+}
+
+// Attributor resolves broker connections by socket inode in the sandbox's
+// network namespace.
+func (sb *sandbox) Attributor() boundary.Attributor { return attrib.New(sb.HostPID()) }
+
+// Mechanisms names what enforces each property. It never authorizes.
+func (sb *sandbox) Mechanisms() boundary.Mechanisms {
+	egress := "netns-loopback+seccomp"
+	if sb.abi >= 4 {
+		egress = "netns-loopback+landlock-net+seccomp"
+	}
+	return boundary.Mechanisms{
+		FilesystemConfinement: fmt.Sprintf("mountns+landlock-v%d", sb.abi),
+		EgressInterception:    egress,
+		RequestAttribution:    "socket-inode-lookup",
+		PrivilegeFloor:        "userns+nnp+seccomp+capdrop",
+	}
+}
+
+// HostPID is the init's pid on the host.
+func (sb *sandbox) HostPID() int {
+	if sb.cmd == nil || sb.cmd.Process == nil {
+		return 0
+	}
+	return sb.cmd.Process.Pid
+}
+
+// Limits reports which resource limits hold.
+func (sb *sandbox) Limits() boundary.LimitsStatus { return sb.limits }
+
+// Terminate kills the init (the PID namespace takes every other process
+// with it), reaps it, and releases the listener and cgroups. Idempotent.
+func (sb *sandbox) Terminate() error {
+	sb.termOnce.Do(func() {
+		close(sb.release)
+		if sb.cmd != nil && sb.cmd.Process != nil {
+			sb.cmd.Process.Signal(unix.SIGKILL)
+			<-sb.initDone
+		}
+		if sb.ctl != nil {
+			sb.ctl.shutdown()
+		}
+		sb.mu.Lock()
+		if sb.listener != nil {
+			sb.listener.Close()
+			sb.listener = nil
+		}
+		sb.mu.Unlock()
+		if sb.cg != nil {
+			sb.termErr = sb.cg.remove()
+		}
+	})
+	return sb.termErr
+}
