@@ -1,5 +1,34 @@
 // Package policy defines moat's policy file: its types, strict YAML
 // loading, validation with key paths in every error, and safe defaults.
+//
+// # Loading
+//
+// Load and Parse decode YAML by walking the go.yaml.in/yaml/v3 node tree
+// against the schema below, so that every problem is reported with its key
+// path and line (e.g. `line 7: filesystem.read_write[1]: path "../x"
+// escapes the policy's directory /srv/agent`). All problems are collected and
+// returned together in an *Error. Refused: unknown keys, duplicate keys,
+// wrong types (a string where a number is wanted, and the reverse), null
+// values, anchors and aliases, more than one YAML document, version other
+// than 1, impossible values (uid 0, negative limits, bad sizes), relative
+// paths that leave the policy's directory, grants that do not exist or hold
+// a Unix socket, an audit directory inside (or containing) a grant, and
+// provider mistakes (unknown api, duplicate names, no models, a base_url that
+// is not https or loopback http, a bad credential_env).
+//
+// # Defaults
+//
+// Every field that is absent takes a safe default (see Default and the
+// field comments): no grants, no providers, no model requests, uid/gid 1000
+// inside, Landlock ABI floor 6, a 64Mi /tmp, 512Mi memory, 256 pids, 1024
+// open files. Relative paths resolve against the directory of the policy
+// file; the audit directory defaults to .moat/runs under the current
+// directory.
+//
+// # Identity
+//
+// SHA256 is the hex sha256 of the RFC 8785 canonical JSON of the effective
+// policy (as JSON prints it); it is what run records cite.
 package policy
 
 // Policy is a loaded, validated policy. After Load every path is absolute
@@ -35,10 +64,13 @@ type Filesystem struct {
 
 // Process configures the workload's identity, environment and limits.
 type Process struct {
-	UID     int               `yaml:"uid" json:"uid"`
-	GID     int               `yaml:"gid" json:"gid"`
-	HostUID int               `yaml:"host_uid" json:"host_uid"`
-	HostGID int               `yaml:"host_gid" json:"host_gid"`
+	UID int `yaml:"uid" json:"uid"`
+	GID int `yaml:"gid" json:"gid"`
+	// HostUID and HostGID are the host ids the workload runs as when moat
+	// runs as root. 0 means "decide at run time" (see ResolveHostIDs);
+	// an explicit 0 in a file is refused.
+	HostUID int               `yaml:"host_uid,omitempty" json:"host_uid"`
+	HostGID int               `yaml:"host_gid,omitempty" json:"host_gid"`
 	Env     map[string]string `yaml:"env" json:"env"`
 	Workdir string            `yaml:"workdir" json:"workdir"`
 	Limits  Limits            `yaml:"limits" json:"limits"`

@@ -1,0 +1,13 @@
+//go:build !unix
+
+package policy
+
+import "errors"
+
+// owner is unsupported where files have no numeric owner.
+func owner(path string) (uid, gid int, err error) {
+	return 0, 0, errors.New("file owners are not supported on this system")
+}
+
+// searchable is conservative where access(2) does not exist.
+func searchable(dir string) bool { return true }
