@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -77,6 +78,12 @@ func Confirm(ctx context.Context, sb boundary.Sandbox, cfg Config) (boundary.Pro
 	}
 	nonce := make([]byte, 16)
 	rand.Read(nonce)
+	// The sandbox's /tmp is writable by design; a sentinel in the host's
+	// /tmp shows that it is not the host's.
+	if tmpSentinel, err := plantTmpSentinel(); err == nil {
+		defer os.Remove(tmpSentinel)
+		cfg.HostSecrets = append(slices.Clip(cfg.HostSecrets), tmpSentinel)
+	}
 	pl, err := buildPlan(cfg, hex.EncodeToString(nonce))
 	if err != nil {
 		return props, nil, err
@@ -359,6 +366,24 @@ func (b *capBuffer) Bytes() []byte {
 }
 
 func (b *capBuffer) String() string { return string(b.Bytes()) }
+
+// plantTmpSentinel creates a world-readable file in the host's /tmp.
+func plantTmpSentinel() (string, error) {
+	f, err := os.CreateTemp(sandboxTmp, ".moat-measure-sentinel-")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	if _, err := f.WriteString("moat measurement sentinel: the sandbox must not read this\n"); err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	if err := f.Chmod(0o644); err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
+}
 
 var (
 	selfMu  sync.Mutex

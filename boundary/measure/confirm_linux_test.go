@@ -136,7 +136,25 @@ func TestConfirmUnconfined(t *testing.T) {
 
 	// Filesystem: the violations succeeded, the controls too.
 	wantCheck(t, rep, "fs/read-secret:"+h.secret, OutcomeSucceeded, false)
-	wantCheck(t, rep, "fs/write-outside:"+h.dir, OutcomeSucceeded, false)
+	var sentinel string
+	for _, c := range rep.Checks {
+		if strings.HasPrefix(c.Name, "fs/read-secret:/tmp/.moat-measure-sentinel-") {
+			sentinel = c.Name
+		}
+	}
+	if sentinel == "" {
+		t.Error("no check of the host /tmp sentinel")
+	} else {
+		wantCheck(t, rep, sentinel, OutcomeSucceeded, false)
+		if _, err := os.Stat(strings.TrimPrefix(sentinel, "fs/read-secret:")); err == nil {
+			t.Errorf("the /tmp sentinel was left behind")
+		}
+	}
+	if os.Geteuid() == 0 {
+		wantCheck(t, rep, "fs/write-outside:/", OutcomeSucceeded, false)
+	} else {
+		wantCheck(t, rep, "fs/write-outside:/", OutcomeFailed, true)
+	}
 	wantCheck(t, rep, "fs/write-ro:"+h.ro, OutcomeSucceeded, false)
 	wantCheck(t, rep, "fs/write-rw:"+h.rw, OutcomeSucceeded, true)
 	wantCheck(t, rep, "fs/read-ro:"+h.ro, OutcomeSucceeded, true)

@@ -46,16 +46,30 @@ func Main(args []string) int {
 		return 125
 	}
 	results := make([]result, len(pl.Probes))
+	run := func(i int, p probe) {
+		outcome, detail := runProbe(pl.Nonce, i, p)
+		results[i] = result{ID: p.ID, Outcome: outcome, Detail: truncate(detail)}
+	}
+	// The broker connection goes first, alone: while the host attributes
+	// it, no child may be mid-fork holding a copy of the socket (that
+	// would make the attribution ambiguous, and rightly refused).
+	for i, p := range pl.Probes {
+		if p.Op == opTCPBroker {
+			run(i, p)
+		}
+	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, probeWorkers)
 	for i, p := range pl.Probes {
+		if p.Op == opTCPBroker {
+			continue
+		}
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			outcome, detail := runProbe(pl.Nonce, i, p)
-			results[i] = result{ID: p.ID, Outcome: outcome, Detail: truncate(detail)}
+			run(i, p)
 		}()
 	}
 	wg.Wait()

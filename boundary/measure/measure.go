@@ -149,6 +149,10 @@ type report struct {
 	Results []result `json:"results"`
 }
 
+// sandboxTmp is the sandbox's private tmpfs: writable inside, and never
+// the host's /tmp (Confirm plants a sentinel in the host's /tmp to show it).
+const sandboxTmp = "/tmp"
+
 // fixedPorts are loopback TCP ports that must not be reachable: common
 // services, proxies and resolvers a workload might try.
 var fixedPorts = []int{22, 53, 80, 443, 1080, 3128, 8080}
@@ -205,8 +209,11 @@ func buildPlan(cfg Config, nonce string) (plan, error) {
 		pl.Probes = append(pl.Probes, probe{ID: id, Op: op, Path: path, Addr: addr, property: prop, kind: kind})
 	}
 	grants := slices.Concat(cfg.ReadWrite, cfg.ReadOnly)
+	// Writable by design: the read-write grants and the sandbox's private
+	// /tmp (a tmpfs of its own, see the policy's tmp_size).
+	writable := append([]string{sandboxTmp}, cfg.ReadWrite...)
 	inRW := func(p string) bool {
-		return slices.ContainsFunc(cfg.ReadWrite, func(g string) bool { return within(p, g) })
+		return slices.ContainsFunc(writable, func(g string) bool { return within(p, g) })
 	}
 
 	// Filesystem.
@@ -224,9 +231,9 @@ func buildPlan(cfg Config, nonce string) (plan, error) {
 		add(PropFilesystem, KindViolation, "fs/write-outside:/", opWrite, "/", "")
 	}
 	for _, g := range cfg.ReadOnly {
-		if !inRW(g) {
-			add(PropFilesystem, KindViolation, "fs/write-ro:"+g, opWrite, g, "")
-		}
+		// Read-only even inside a read-write grant or /tmp: it is its own
+		// read-only mount.
+		add(PropFilesystem, KindViolation, "fs/write-ro:"+g, opWrite, g, "")
 		add(PropFilesystem, KindControl, "fs/read-ro:"+g, opRead, g, "")
 	}
 	for _, g := range cfg.ReadWrite {

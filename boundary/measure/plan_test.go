@@ -29,7 +29,7 @@ func TestBuildPlan(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(home, ".bash_history"), []byte("x"), 0o600)
 	ro := filepath.Join(ws, "vendor") // a read-only grant inside the rw one
-	cfg := Config{BrokerPort: 8080, ReadWrite: []string{ws}, ReadOnly: []string{"/usr", ro},
+	cfg := Config{BrokerPort: 8080, ReadWrite: []string{ws, "/srv/agent/ws", "/tmp/x/y"}, ReadOnly: []string{"/usr", ro},
 		HostSecrets: []string{"/etc/shadow", home}, ExtraTCPPorts: []int{9999}, ExtraUDPPorts: []int{5353},
 		SetuidProbes: []string{filepath.Join(ws, "suid")}}
 	pl, err := buildPlan(cfg, "00")
@@ -41,11 +41,12 @@ func TestBuildPlan(t *testing.T) {
 		"fs/read-secret:/etc/shadow",
 		"fs/read-secret:" + filepath.Join(home, ".bash_history"),
 		"fs/read-secret:" + filepath.Join(home, ".ssh"),
-		"fs/write-outside:" + filepath.Join(home, "proj"), // parent of the rw grant
+		"fs/write-outside:/srv/agent", // parent of a rw grant
 		"fs/write-outside:/",
 		"fs/write-ro:/usr",
 		"fs/read-ro:/usr",
 		"fs/read-ro:" + ro,
+		"fs/write-ro:" + ro, // inside a rw grant, but its own read-only mount
 		"fs/write-rw:" + ws,
 		"net/tcp-broker:127.0.0.1:8080",
 		"net/tcp:127.0.0.1:8079", "net/tcp:127.0.0.1:8081", "net/tcp:[::1]:8081",
@@ -62,7 +63,6 @@ func TestBuildPlan(t *testing.T) {
 	for _, bad := range []string{
 		"fs/read-secret:" + home,                        // holds a grant: its entries are probed instead
 		"fs/read-secret:" + filepath.Join(home, "proj"), // on the way to a grant
-		"fs/write-ro:" + ro,                             // inside a rw grant: writable by design
 		"fs/write-outside:" + ws,                        // parent of ro, but a rw grant
 		"net/tcp:127.0.0.1:8080", "net/tcp:[::1]:8080",  // the broker itself
 	} {
