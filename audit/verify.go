@@ -109,7 +109,7 @@ func Verify(journal []byte, pub ed25519.PublicKey) Result {
 			}
 			res.Status, res.Line = Incomplete, n
 			res.Err = &LineError{Line: n, Err: ErrTornTail, Detail: fmt.Sprintf("%d bytes without a final LF", len(tail))}
-			res.Reason = fmt.Sprintf("torn tail of %d bytes on line %d after %d valid records (a write cut short by a crash); no terminal record", len(tail), n, res.Records)
+			res.Reason = fmt.Sprintf("torn tail of %d bytes on line %d after %d valid records (a write cut short by a crash or a write error); no terminal record", len(tail), n, res.Records)
 			return res
 		}
 		start, end := pos, pos+nl

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package audit
+
+func helperFault() int { return 3 }
