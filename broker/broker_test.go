@@ -619,7 +619,7 @@ func TestNewRefusesBadUpstreams(t *testing.T) {
 	}
 	for _, tc := range tests {
 		pol := testPolicy(tc.base, 1)
-		_, err := New(Config{Policy: pol, Journal: &testJournal{}, Credentials: map[string]string{"anthropic": tc.cred, "openai": testCredOA, "openai-r": testCredOA}})
+		_, err := New(Config{Policy: pol, Journal: newTestJournal(t), Credentials: map[string]string{"anthropic": tc.cred, "openai": testCredOA, "openai-r": testCredOA}})
 		if (err == nil) != tc.ok {
 			t.Errorf("New(base %q, cred %q) error %v, want ok=%v", tc.base, tc.cred, err, tc.ok)
 		}

@@ -2,42 +2,57 @@ package broker
 
 import (
 	"bytes"
-	"encoding/base64"
-	"encoding/json"
-	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 
 	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/boundary"
 )
 
-// testJournal is an in-memory journal (until the audit writer lands).
+// testJournal is the real audit writer, with a switch that makes Append
+// fail (for the unit test of audit faults; the real-storage fault is
+// TestRootAuditFaultRealStorage).
 type testJournal struct {
+	w *audit.Writer
+
 	mu   sync.Mutex
-	ls   [][]byte
 	fail error // non-nil: every Append fails
 }
 
-func newTestJournal(t testing.TB) *testJournal { return &testJournal{} }
+func newTestJournal(t testing.TB) *testJournal {
+	t.Helper()
+	return openTestJournal(t, filepath.Join(t.TempDir(), "run"))
+}
+
+// openTestJournal creates a journal in dir and writes the records that
+// precede the broker's (run.started, boundary.confirmed).
+func openTestJournal(t testing.TB, dir string) *testJournal {
+	t.Helper()
+	w, err := audit.Create(dir, "run-broker-test")
+	if err != nil {
+		t.Fatalf("audit.Create: %v", err)
+	}
+	t.Cleanup(func() { w.Close() })
+	if _, err := w.Append(audit.RunStarted{PolicySHA256: fmt.Sprintf("%064x", 0), Backend: "test", BinarySHA256: fmt.Sprintf("%064x", 0), PublicKey: string(w.PublicKeyPEM())}); err != nil {
+		t.Fatalf("run.started: %v", err)
+	}
+	if _, err := w.Append(audit.BoundaryConfirmed{Ready: true, Properties: boundary.Properties{}}); err != nil {
+		t.Fatalf("boundary.confirmed: %v", err)
+	}
+	return &testJournal{w: w}
+}
 
 func (j *testJournal) Append(r audit.Record) ([]byte, error) {
 	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.fail != nil {
-		return nil, j.fail
-	}
-	raw, err := json.Marshal(r)
+	err := j.fail
+	j.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	var m map[string]any
-	json.Unmarshal(raw, &m)
-	m["type"] = r.RecordType()
-	m["seq"] = len(j.ls)
-	p, _ := json.Marshal(m)
-	line, _ := json.Marshal(map[string]any{"payloadType": "application/vnd.moat.audit.v1+json", "payload": base64.StdEncoding.EncodeToString(p)})
-	j.ls = append(j.ls, line)
-	return line, nil
+	return j.w.Append(r)
 }
 
 func (j *testJournal) setFail(err error) {
@@ -46,21 +61,46 @@ func (j *testJournal) setFail(err error) {
 	j.mu.Unlock()
 }
 
+// lines returns the journal file's lines as they are on disk.
 func (j *testJournal) lines() [][]byte {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return append([][]byte(nil), j.ls...)
+	b, err := os.ReadFile(j.w.JournalPath())
+	if err != nil {
+		panic("BUG: reading the test journal: " + err.Error())
+	}
+	var out [][]byte
+	for _, l := range bytes.Split(b, []byte("\n")) {
+		if len(l) > 0 {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
-// verify checks that line is a line of this journal.
+// verify checks a Moat-Pre-Effect line as a provider would: signed by the
+// run's key, and already in the journal file on disk.
 func (j *testJournal) verify(line []byte) error {
+	if _, err := audit.VerifyLine(line, j.w.PublicKey()); err != nil {
+		return err
+	}
 	for _, l := range j.lines() {
 		if bytes.Equal(l, line) {
 			return nil
 		}
 	}
-	return errors.New("line is not in the journal")
+	return fmt.Errorf("the line is not in the journal file")
 }
 
-// verifyAll checks the whole journal.
-func (j *testJournal) verifyAll(t testing.TB) {}
+// verifyAll terminates the journal and verifies it whole.
+func (j *testJournal) verifyAll(t testing.TB) {
+	t.Helper()
+	if _, err := j.w.Append(audit.RunTerminated{Reason: "completed"}); err != nil {
+		t.Fatalf("run.terminated: %v", err)
+	}
+	b, err := os.ReadFile(j.w.JournalPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := audit.Verify(b, j.w.PublicKey()); res.Status != audit.Complete {
+		t.Errorf("journal verification: %v (%s), want complete", res.Status, res.Reason)
+	}
+}
