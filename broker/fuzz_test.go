@@ -50,4 +50,3 @@ func FuzzReadRequest(f *testing.F) {
 		}
 	})
 }
-
