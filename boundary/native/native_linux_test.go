@@ -1,10 +1,24 @@
 package native
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/internal/testenv"
+	"github.com/moat-sandbox/moat/policy"
 )
 
 func TestIdentityAndPrivilege(t *testing.T) {
@@ -33,4 +47,388 @@ func TestTwoSandboxes(t *testing.T) {
 	if a.HostPID() == b.HostPID() || a.HostPID() <= 0 {
 		t.Errorf("host pids: got %d and %d, want two distinct pids", a.HostPID(), b.HostPID())
 	}
+}
+
+func TestFilesystemConfinement(t *testing.T) {
+	f := newFixture(t)
+	secret := filepath.Join(f.outer, "secret.txt")
+	if err := os.WriteFile(secret, []byte("host secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	granted := filepath.Join(f.ws, "granted.txt")
+	if err := os.WriteFile(granted, []byte("granted"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		os.Chown(granted, nobodyID, nobodyID)
+	}
+	cwd, _ := os.Getwd()
+	sb := f.prepare(t)
+	res := f.ops(t, sb,
+		"read:"+secret, "read:"+granted, "stat:/etc/shadow", "stat:/root", "stat:/etc", "stat:"+cwd,
+		"write:"+filepath.Join(f.ws, "new.txt"), "write:"+filepath.Join(f.binDir, "new.txt"),
+		"write:/usr/moat-test", "write:/moat-test", "write:/tmp/ok.txt", "read:/dev/null", "write:/dev/null", "stat:/dev/urandom", "stat:/dev/sda",
+		"write:/proc/sys/user/max_user_namespaces")
+	wantPrefix(t, res, "read:"+secret, "err ENOENT")
+	wantPrefix(t, res, "read:"+granted, "ok granted")
+	wantPrefix(t, res, "stat:/etc/shadow", "err ENOENT")
+	wantPrefix(t, res, "stat:/root", "err ENOENT")
+	wantPrefix(t, res, "stat:/etc", "err ENOENT")
+	if !isUnder(cwd, f.binDir) && !isUnder(cwd, "/usr") {
+		wantPrefix(t, res, "stat:"+cwd, "err ENOENT")
+	}
+	wantPrefix(t, res, "write:"+filepath.Join(f.ws, "new.txt"), "ok")
+	wantPrefix(t, res, "write:"+filepath.Join(f.binDir, "new.txt"), "err E")
+	wantPrefix(t, res, "write:/usr/moat-test", "err E")
+	wantPrefix(t, res, "write:/moat-test", "err E")
+	wantPrefix(t, res, "write:/tmp/ok.txt", "ok")
+	wantPrefix(t, res, "read:/dev/null", "ok")
+	wantPrefix(t, res, "write:/dev/null", "ok")
+	wantPrefix(t, res, "stat:/dev/urandom", "ok")
+	wantPrefix(t, res, "stat:/dev/sda", "err ENOENT")
+	wantPrefix(t, res, "write:/proc/sys/user/max_user_namespaces", "err E")
+	// The workspace write landed on the host, as the workspace's owner.
+	st, err := os.Stat(filepath.Join(f.ws, "new.txt"))
+	if err != nil {
+		t.Fatalf("write in the workspace did not reach the host: %v", err)
+	}
+	wantUID := uint32(os.Geteuid())
+	if wantUID == 0 {
+		wantUID = nobodyID
+	}
+	if got := st.Sys().(*syscall.Stat_t).Uid; got != wantUID {
+		t.Errorf("owner of the workload's file: got uid %d, want %d", got, wantUID)
+	}
+	if _, err := os.Stat(filepath.Join(f.binDir, "new.txt")); err == nil {
+		t.Errorf("write to a read-only grant reached the host")
+	}
+}
+
+// TestLandlockAlone grants a directory by mount but leaves it out of the
+// Landlock ruleset: only Landlock stands between the workload and it.
+func TestLandlockAlone(t *testing.T) {
+	f := newFixture(t)
+	// Not below /tmp: the sandbox's /tmp rule would cover it.
+	extra := mkdirOutsideTmp(t)
+	if err := os.WriteFile(filepath.Join(extra, "f.txt"), []byte("extra"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.pol.Filesystem.ReadOnly = append(f.pol.Filesystem.ReadOnly, extra)
+	testOmitLandlock = []string{extra}
+	sb := f.prepare(t)
+	testOmitLandlock = nil
+	res := f.ops(t, sb, "stat:"+filepath.Join(extra, "f.txt"), "read:"+filepath.Join(extra, "f.txt"), "ls:"+extra,
+		"listen:127.0.0.1:0")
+	wantPrefix(t, res, "stat:"+filepath.Join(extra, "f.txt"), "ok") // mounted: it exists
+	wantPrefix(t, res, "read:"+filepath.Join(extra, "f.txt"), "err EACCES")
+	wantPrefix(t, res, "ls:"+extra, "err EACCES")
+	// The network namespace would let a loopback bind succeed: Landlock
+	// (ABI 4+) alone refuses it.
+	if LandlockABI() >= 4 {
+		wantPrefix(t, res, "listen:127.0.0.1:0", "err EACCES")
+	}
+
+	// Control: the same directory with its Landlock rule reads fine.
+	sb2 := f.prepare(t)
+	res = f.ops(t, sb2, "read:"+filepath.Join(extra, "f.txt"))
+	wantPrefix(t, res, "read:"+filepath.Join(extra, "f.txt"), "ok extra")
+}
+
+func TestNetworkConfinement(t *testing.T) {
+	f := newFixture(t)
+	// Receivers on the host's loopback; the workload must reach none.
+	tcpL, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcpL.Close()
+	var tcpHits atomic.Int32
+	go func() {
+		for {
+			c, err := tcpL.Accept()
+			if err != nil {
+				return
+			}
+			tcpHits.Add(1)
+			c.Close()
+		}
+	}()
+	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	var udpHits atomic.Int32
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			if _, _, err := udp.ReadFrom(buf); err != nil {
+				return
+			}
+			udpHits.Add(1)
+		}
+	}()
+	abstract := fmt.Sprintf("moat-native-test-%d", os.Getpid())
+	ul, err := net.Listen("unix", "@"+abstract)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ul.Close()
+	var unixHits atomic.Int32
+	go func() {
+		for {
+			c, err := ul.Accept()
+			if err != nil {
+				return
+			}
+			unixHits.Add(1)
+			c.Close()
+		}
+	}()
+
+	sb := f.prepare(t)
+	li, err := sb.Listener()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bl, err := net.FileListener(li.File)
+	li.File.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bl.Close()
+	brokerHits := make(chan string, 4)
+	go func() {
+		for {
+			c, err := bl.Accept()
+			if err != nil {
+				return
+			}
+			b := make([]byte, 5)
+			io.ReadFull(c, b)
+			brokerHits <- string(b)
+			c.Close()
+		}
+	}()
+	tcpAddr := tcpL.Addr().String()
+	udpAddr := udp.LocalAddr().String()
+	broker := fmt.Sprintf("127.0.0.1:%d", li.Port)
+	res := f.ops(t, sb, "tcp:"+tcpAddr, "udp:"+udpAddr, "unixabs:"+abstract, "tcp:"+broker, "tcp:[::1]:"+strconv.Itoa(li.Port))
+	wantPrefix(t, res, "tcp:"+broker, "ok")
+	wantPrefix(t, res, "tcp:"+tcpAddr, "err")
+	wantPrefix(t, res, "unixabs:"+abstract, "err")
+	select {
+	case got := <-brokerHits:
+		if got != "probe" {
+			t.Errorf("broker listener got %q, want %q", got, "probe")
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("the broker listener saw no connection")
+	}
+	// The workload has exited: anything it sent has arrived by now.
+	if n := tcpHits.Load(); n != 0 {
+		t.Errorf("host TCP receiver saw %d connections, want 0", n)
+	}
+	if n := udpHits.Load(); n != 0 {
+		t.Errorf("host UDP receiver saw %d datagrams, want 0", n)
+	}
+	if n := unixHits.Load(); n != 0 {
+		t.Errorf("host abstract Unix receiver saw %d connections, want 0", n)
+	}
+	// Control: the host receivers do work.
+	c, err := net.Dial("udp", udpAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("x"))
+	c.Close()
+	for i := 0; i < 100 && udpHits.Load() == 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if udpHits.Load() != 1 {
+		t.Errorf("control: host UDP receiver saw %d datagrams from the host, want 1", udpHits.Load())
+	}
+}
+
+func TestProcessIsolation(t *testing.T) {
+	f := newFixture(t)
+	// An fd of the parent without close-on-exec, and a secret in its env.
+	secret := filepath.Join(f.outer, "fd-secret")
+	os.WriteFile(secret, []byte("s"), 0o644)
+	fd, err := syscall.Open(secret, syscall.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	t.Setenv("MOAT_TEST_SECRET", "hunter2")
+	sb := f.prepare(t)
+	self := strconv.Itoa(os.Getpid())
+	res := f.ops(t, sb, "ls:/proc", "kill:"+self, "kill:1", "fds", "env", "dumpable")
+	var pids []string
+	for _, n := range strings.Split(strings.TrimPrefix(res["ls:/proc"], "ok "), ",") {
+		if _, err := strconv.Atoi(n); err == nil {
+			pids = append(pids, n)
+		}
+	}
+	// The init (1) and the workload; nothing of the host.
+	if len(pids) > 2 || len(pids) == 0 || pids[0] != "1" {
+		t.Errorf("pids visible inside: got %v, want [1 <workload>]", pids)
+	}
+	wantPrefix(t, res, "kill:"+self, "err ESRCH")
+	wantPrefix(t, res, "kill:1", "err EPERM")
+	if strings.Contains(res["fds"], "fd-secret") {
+		t.Errorf("the parent's fd is visible inside: %s", res["fds"])
+	}
+	if strings.Contains(res["env"], "hunter2") {
+		t.Errorf("the parent's environment is visible inside: %s", res["env"])
+	}
+	if !strings.Contains(res["env"], "PATH=/usr/bin:/bin") {
+		t.Errorf("env: got %s, want the given PATH", res["env"])
+	}
+	// Control: the host sees the workload's own fd namespace normally.
+	if _, err := os.Stat(fmt.Sprintf("/proc/self/fd/%d", fd)); err != nil {
+		t.Fatalf("control: the parent's fd is not open: %v", err)
+	}
+	// The init is not dumpable.
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", sb.HostPID()))
+	if err == nil && !strings.Contains(string(st), "NSpid:") {
+		t.Errorf("init status has no NSpid")
+	}
+}
+
+func TestExitCodes(t *testing.T) {
+	f := newFixture(t)
+	sb := f.prepare(t)
+	if code, _ := f.run(t, sb, "exit", "7"); code != 7 {
+		t.Errorf("exit code: got %d, want 7", code)
+	}
+	if code, _ := f.run(t, sb, "exit", "0"); code != 0 {
+		t.Errorf("exit code: got %d, want 0", code)
+	}
+	noexec := filepath.Join(f.ws, "noexec.sh")
+	os.WriteFile(noexec, []byte("#!/bin/sh\n"), 0o644)
+	for _, tc := range []struct {
+		name string
+		argv []string
+		want int
+	}{
+		{"absent path", []string{"/nonexistent/moat-cmd"}, 127},
+		{"absent in PATH", []string{"moat-no-such-command"}, 127},
+		{"not executable", []string{noexec}, 126},
+		{"a directory", []string{f.ws}, 126},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := sb.Start(context.Background(), boundary.Process{Argv: tc.argv, Env: []string{"PATH=/usr/bin:/bin"}})
+			var se *StartError
+			if !errors.As(err, &se) || se.Code != tc.want {
+				t.Fatalf("Start(%v): got %v, want a StartError with code %d", tc.argv, err, tc.want)
+			}
+		})
+	}
+	// A signal comes back as 128+signal.
+	p, err := sb.Start(context.Background(), boundary.Process{Argv: []string{f.bin}, Env: []string{actionEnv + "=sleep"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := p.Wait(); code != 128+int(syscall.SIGTERM) {
+		t.Errorf("killed by SIGTERM: got %d, want %d", code, 128+int(syscall.SIGTERM))
+	}
+}
+
+func TestABIFloorRefuses(t *testing.T) {
+	abi := LandlockABI()
+	testenv.Need(t, abi >= 1, "Landlock is not available")
+	pol := &policy.Policy{Landlock: policy.Landlock{ABIFloor: abi + 1}, Process: policy.Process{UID: 1000}}
+	be, _ := boundary.Lookup(Name)
+	sb, err := be.Prepare(context.Background(), boundary.Spec{RunID: "abi", Policy: pol, StateDir: t.TempDir()})
+	var ae *ABIError
+	if !errors.As(err, &ae) || sb != nil {
+		t.Fatalf("Prepare: got %v, %v; want an ABIError and no sandbox", sb, err)
+	}
+	if ae.Found != abi || ae.Floor != abi+1 {
+		t.Errorf("ABIError: got found %d floor %d, want %d and %d", ae.Found, ae.Floor, abi, abi+1)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, strconv.Itoa(abi)) || !strings.Contains(msg, strconv.Itoa(abi+1)) {
+		t.Errorf("message %q does not name both ABIs", msg)
+	}
+	// Control: the host's own ABI is accepted.
+	f := newFixture(t)
+	f.pol.Landlock.ABIFloor = abi
+	f.prepare(t)
+}
+
+func TestStartHelper(t *testing.T) {
+	f := newFixture(t)
+	sb := f.prepare(t)
+	var out bytes.Buffer
+	// The helper is this test binary run through the fd the init holds; it
+	// is not in the sandbox root.
+	p, err := sb.StartHelper(context.Background(), []string{"ignored"}, boundary.Process{
+		Env: []string{actionEnv + "=ops"}, Stdout: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := p.Wait(); code != 0 {
+		t.Fatalf("helper exited %d", code)
+	}
+	p, err = sb.StartHelper(context.Background(), []string{"id", "status", "stat:" + f.binDir}, boundary.Process{
+		Env: []string{actionEnv + "=ops"}, Stdout: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Wait()
+	s := out.String()
+	if !strings.Contains(s, "id ok 1000:1000") || !strings.Contains(s, "CapEff=0000000000000000") || !strings.Contains(s, "Seccomp=2") {
+		t.Errorf("helper output: got %q, want uid 1000, no capabilities, seccomp", s)
+	}
+}
+
+func TestMechanismsAndLimits(t *testing.T) {
+	f := newFixture(t)
+	sb := f.prepare(t)
+	m := sb.Mechanisms()
+	if !strings.HasPrefix(m.FilesystemConfinement, "mountns+landlock-v") || m.PrivilegeFloor == "" || m.EgressInterception == "" {
+		t.Errorf("mechanisms: got %+v", m)
+	}
+	l := sb.Limits()
+	if !l.OpenFiles {
+		t.Errorf("limits: open files not enforced: %+v", l)
+	}
+	if os.Geteuid() != 0 && (l.Memory || l.Pids) {
+		t.Errorf("limits: rootless run claims cgroup limits: %+v", l)
+	}
+	if (!l.Memory || !l.Pids) && l.Detail == "" {
+		t.Errorf("limits: a limit not enforced without a reason: %+v", l)
+	}
+	if err := sb.Terminate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Terminate(); err != nil {
+		t.Fatalf("second Terminate: %v", err)
+	}
+	if _, err := sb.Start(context.Background(), boundary.Process{Argv: []string{f.bin}}); err == nil {
+		t.Error("Start after Terminate succeeded")
+	}
+}
+
+// mkdirOutsideTmp makes a 0755 directory that is not below /tmp.
+func mkdirOutsideTmp(t *testing.T) string {
+	t.Helper()
+	for _, base := range []string{"/var/tmp", "/dev/shm"} {
+		d, err := os.MkdirTemp(base, "moat-native-extra-")
+		if err != nil {
+			continue
+		}
+		t.Cleanup(func() { os.RemoveAll(d) })
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	testenv.Need(t, false, "no writable directory outside /tmp (/var/tmp, /dev/shm)")
+	return ""
 }
