@@ -68,6 +68,8 @@ func runAction(action string, args []string) int {
 			return 1
 		}
 		return 0
+	case "supervise":
+		return superviseAction(args)
 	case "sleep":
 		time.Sleep(time.Hour)
 		return 0
