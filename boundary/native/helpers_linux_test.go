@@ -68,6 +68,26 @@ func runAction(action string, args []string) int {
 			return 1
 		}
 		return 0
+	case "forkmany":
+		n, _ := strconv.Atoi(args[0])
+		var started, failed int
+		var procs []*os.Process
+		for i := 0; i < n; i++ {
+			c := exec.Command("/proc/self/exe")
+			c.Env = []string{actionEnv + "=sleep"}
+			if err := c.Start(); err != nil {
+				failed++
+				continue
+			}
+			started++
+			procs = append(procs, c.Process)
+		}
+		for _, p := range procs {
+			p.Kill()
+			p.Wait()
+		}
+		fmt.Printf("started %d failed %d\n", started, failed)
+		return 0
 	case "supervise":
 		return superviseAction(args)
 	case "sleep":
