@@ -267,6 +267,7 @@ func (d *decoder) paths(n *yaml.Node, path string) []string {
 		ip := fmt.Sprintf("%s[%d]", path, i)
 		if s, ok := d.path(item, ip); ok {
 			out = append(out, s)
+			d.grants = append(d.grants, grant{key: ip, path: s})
 		}
 	}
 	return out

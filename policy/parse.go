@@ -57,9 +57,7 @@ func Parse(data []byte, baseDir string) (*Policy, error) {
 		return nil, fmt.Errorf("policy: BUG: base directory %q is not absolute", baseDir)
 	}
 	p := d.decode(data)
-	if len(d.probs) == 0 {
-		d.validate(p)
-	}
+	d.validate(p) // also after decode problems, so that one load reports everything
 	if len(d.probs) > 0 {
 		slices.SortStableFunc(d.probs, func(a, b Problem) int { return cmp.Compare(a.Line, b.Line) })
 		return nil, &Error{Problems: d.probs}
@@ -77,6 +75,8 @@ type decoder struct {
 	// nodes records where values were written, by key path, so that
 	// validate can point at them.
 	nodes map[string]*yaml.Node
+	// grants are the decoded grants with the key paths they were written at.
+	grants []grant
 }
 
 func (d *decoder) add(n *yaml.Node, code, path, format string, a ...any) {

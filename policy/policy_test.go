@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // fixture is a policy directory with a workspace, a read-only data
@@ -264,7 +266,7 @@ func TestAllProblemsReported(t *testing.T) {
 	y := `version: 1
 backend: native
 filesystem:
-  read_write: [./workspace, ../x]
+  read_write: [./workspace, ../x, ./nope]
 process:
   uid: 0
   limits: {pids: -3}
@@ -276,6 +278,7 @@ bogus: true
 	}
 	want := []Problem{
 		{Code: CodeEscapes, Path: "filesystem.read_write[1]", Line: 4},
+		{Code: CodeNotFound, Path: "filesystem.read_write[2]", Line: 4},
 		{Code: CodeRootID, Path: "process.uid", Line: 6},
 		{Code: CodeNegative, Path: "process.limits.pids", Line: 7},
 		{Code: CodeUnknownKey, Path: "bogus", Line: 8},
@@ -290,7 +293,7 @@ bogus: true
 		}
 	}
 	msg := perr.Error()
-	for _, s := range []string{`line 4: filesystem.read_write[1]: path "../x" escapes the policy's directory ` + f.dir, "line 6: process.uid: uid 0 is root", "4 problems:"} {
+	for _, s := range []string{`line 4: filesystem.read_write[1]: path "../x" escapes the policy's directory ` + f.dir, "line 6: process.uid: uid 0 is root", "5 problems:"} {
 		if !strings.Contains(msg, s) {
 			t.Errorf("message %q does not contain %q", msg, s)
 		}
@@ -525,9 +528,7 @@ func TestResolveHostIDs(t *testing.T) {
 
 // TestRootResolveHostIDsWorkspaceOwner needs root to chown the workspace.
 func TestRootResolveHostIDsWorkspaceOwner(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to chown; CI runs it as root")
-	}
+	testenv.NeedRoot(t)
 	f := newFixture(t)
 	if err := os.Chown(f.ws, 4242, 4343); err != nil {
 		t.Fatal(err)

@@ -34,7 +34,7 @@ func (d *decoder) validate(p *Policy) {
 		}
 	}
 
-	grants := p.grants()
+	grants := d.grants
 	seen := map[string]string{}
 	for _, g := range grants {
 		if prev, dup := seen[g.path]; dup {
