@@ -120,9 +120,9 @@ func landlockRestrictThread(rw, ro, rwFiles []string) error {
 // TestProbesUnderConfinement runs the real helper in a small real sandbox
 // (see confineHelper) next to the same host receivers that the unconfined
 // test reaches: every violation that one of its walls stops is reported
-// failed, the controls succeed, and the two checks that only a seccomp
-// filter would stop (a nested user namespace) and the broker (there is
-// none in this namespace) are reported as they are.
+// failed, the controls succeed, and what this small sandbox lacks is
+// reported as it is: a nested user namespace (only a seccomp filter stops
+// it), the broker (there is none in this namespace) and a private /tmp.
 func TestProbesUnderConfinement(t *testing.T) {
 	testenv.Need(t, landlockABI() >= 1, "Landlock")
 	testenv.Need(t, userNSPossible(), "unprivileged user namespaces")
@@ -202,6 +202,7 @@ func TestProbesUnderConfinement(t *testing.T) {
 		"net/tcp-broker:127.0.0.1:" + strconv.Itoa(cfg.BrokerPort): OutcomeFailed, // no broker in this namespace
 		"priv/" + opUnshare:   OutcomeSucceeded, // only seccomp stops it
 		"priv/" + opCloneUser: OutcomeSucceeded, // only seccomp stops it
+		"fs/write-tmp:/tmp":   OutcomeFailed,    // no private /tmp here, and Landlock denies the host's
 	}
 	for _, p := range pl.Probes {
 		r, ok := res[p.ID]

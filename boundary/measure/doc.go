@@ -45,9 +45,11 @@
 // # Checks
 //
 // filesystem_confinement: each host secret (a file, or for a directory that
-// holds a grant, the entries beside the grant) cannot be read; a new file
-// cannot be created in the parent of each grant nor in "/"; a read-only
-// grant cannot be written. Controls: each read-write grant takes a new
+// holds a grant, the entries beside the grant) cannot be read, nor can a
+// sentinel that Confirm plants in the host's /tmp; a new file cannot be
+// created in the parent of each grant (unless that lies in a read-write
+// grant or in /tmp, the sandbox's own tmpfs) nor in "/"; a read-only grant
+// cannot be written. Controls: each read-write grant and /tmp take a new
 // file (created and removed), each read-only grant can be read.
 //
 // egress_interception: TCP to loopback ports other than the broker's (a
@@ -66,9 +68,23 @@
 // named in Config.SetuidProbes does not change the euid. Control: the
 // helper can fork and execute itself.
 //
-// request_attribution: the helper's broker connection is attributed by the
+// request_attribution: the helper's broker connection (made first, while
+// no other probe runs, so that no forked child shares its socket) is
+// attributed by the
 // sandbox's Attributor to the helper's host pid and to the sha256 of the
 // moat binary. A backend that declares attribution unavailable gets the
 // property marked Unavailable with its reason (the check is still run and
 // recorded).
+//
+// # What the measurement rests on
+//
+// The report is written by the binary that the backend runs as the
+// helper. Where attribution is available, the host checks that the broker
+// connection carrying this run's nonce came from the helper's pid and from
+// an executable with moat's own sha256, which ties the report to moat's
+// binary; where a backend declares attribution unavailable, that tie is
+// missing, and the backend could substitute another helper. The checks
+// see what a process of the sandbox sees at the moment they run; they do
+// not prove that no other way out exists (kernel or hypervisor exploits,
+// side channels are out of scope, as the evidence report says).
 package measure

@@ -239,6 +239,9 @@ func buildPlan(cfg Config, nonce string) (plan, error) {
 	for _, g := range cfg.ReadWrite {
 		add(PropFilesystem, KindControl, "fs/write-rw:"+g, opWrite, g, "")
 	}
+	// The private /tmp takes writes, next to the host /tmp sentinel that
+	// Confirm adds to the secrets.
+	add(PropFilesystem, KindControl, "fs/write-tmp:"+sandboxTmp, opWrite, sandboxTmp, "")
 
 	// Egress.
 	bp := cfg.BrokerPort

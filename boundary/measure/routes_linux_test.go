@@ -56,3 +56,12 @@ func TestParseRoutes(t *testing.T) {
 		})
 	}
 }
+
+// FuzzParseRoutes: no input to the /proc route parsers panics.
+func FuzzParseRoutes(f *testing.F) {
+	addSeeds(f, "testdata/*route*.txt")
+	f.Fuzz(func(t *testing.T, b []byte) {
+		parseRouteV4(b)
+		parseRouteV6(b)
+	})
+}
