@@ -9,8 +9,11 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/moat-sandbox/moat/audit"
 )
 
 // fakeJournal writes a journal in DESIGN.md's format with a test key: the
@@ -34,6 +37,7 @@ func newFakeJournal(t *testing.T, run string) *fakeJournal {
 func (j *fakeJournal) pub() ed25519.PublicKey { return j.priv.Public().(ed25519.PublicKey) }
 
 func (j *fakeJournal) add(typ string, fields map[string]any) string {
+	j.seq++
 	m := map[string]any{"v": 1, "run": j.run, "seq": j.seq, "prev": j.prev, "time": "2026-11-29T08:00:00Z", "type": typ}
 	for k, v := range fields {
 		m[k] = v
@@ -44,7 +48,6 @@ func (j *fakeJournal) add(typ string, fields map[string]any) string {
 	line, _ := json.Marshal(env)
 	h := sha256.Sum256(line)
 	j.prev = hex.EncodeToString(h[:])
-	j.seq++
 	j.data = append(append(j.data, line...), '\n')
 	return string(line)
 }
@@ -59,9 +62,19 @@ func writeFakeCase(t *testing.T, dir string, c Case) {
 		t.Fatal(err)
 	}
 	run := "20261129T080000Z-" + c.Name
-	j := newFakeJournal(t, run)
-	j.add("run.started", map[string]any{"backend": "native"})
-	j.add("boundary.confirmed", map[string]any{"ready": true})
+	w, err := audit.Create(filepath.Join(t.TempDir(), "audit"), run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := func(r audit.Record) string {
+		line, err := w.Append(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(line)
+	}
+	app(audit.RunStarted{Backend: "native", PolicySHA256: sha(nil), BinarySHA256: sha(nil), PublicKey: string(w.PublicKeyPEM())})
+	app(audit.BoundaryConfirmed{Ready: true})
 	var events []byte
 	n := 0
 	labels := append([]string{}, c.Controls...)
@@ -75,8 +88,10 @@ func writeFakeCase(t *testing.T, dir string, c Case) {
 		}
 		n++
 		id := "req-" + l
-		line := j.add("inference.requested", map[string]any{"request_id": id, "body_sha256": sha(body)})
-		j.add("inference.completed", map[string]any{"request_id": id, "status": 200})
+		line := app(audit.InferenceRequested{RequestID: id, Provider: "anthropic", API: "anthropic-messages", Endpoint: "/v1/messages",
+			Model: ModelAnthropic, BodySHA256: sha(body), ReservedTokens: 64,
+			Attribution: audit.Attribution{Status: "unavailable", Reason: "test"}})
+		app(audit.InferenceCompleted{RequestID: id, Status: 200, ResponseSHA256: sha(nil)})
 		ev := ProviderEvent{N: n, Time: time.Now().UTC().Format(time.RFC3339Nano), Method: "POST", Path: "/v1/messages",
 			Headers: map[string]string{"moat-pre-effect": base64.StdEncoding.EncodeToString([]byte(line)), "x-api-key": RedactedCredential},
 			Body:    body, BodySHA256: sha(body), PreEffect: line, NativeVerified: true, OpenSSLVerified: true, CredentialOK: true, Response: "normal"}
@@ -91,9 +106,14 @@ func writeFakeCase(t *testing.T, dir string, c Case) {
 		host.ExitCode, host.FaultInjected = 125, true
 	case c.Cancel:
 		host.ExitCode = 125
-		j.add("run.terminated", map[string]any{"reason": "cancelled", "exit_code": 125})
+		app(audit.RunTerminated{Reason: "cancelled", ExitCode: 125})
 	default:
-		j.add("run.terminated", map[string]any{"reason": "completed", "exit_code": 0})
+		app(audit.RunTerminated{Reason: "completed", ExitCode: 0})
+	}
+	w.Close()
+	jdata, err := os.ReadFile(w.JournalPath())
+	if err != nil {
+		t.Fatal(err)
 	}
 	var recv []byte
 	for _, r := range DirectReceivers {
@@ -102,7 +122,7 @@ func writeFakeCase(t *testing.T, dir string, c Case) {
 	}
 	hb, _ := json.Marshal(host)
 	files := map[string][]byte{
-		FileJournal: j.data, FilePublicKey: PublicKeyPEM(j.pub()), FileProviderEvents: events, FileReceiverEvents: recv,
+		FileJournal: jdata, FilePublicKey: w.PublicKeyPEM(), FileProviderEvents: events, FileReceiverEvents: recv,
 		FileHost: hb, FileProbeOut: []byte(`{"step":"control:before","status":200}` + "\n" + `{"claims":{"passed":true,"escape_success":true,"audit_verified":true}}` + "\n"),
 		FileMoatErr: nil, FilePolicy: []byte("version: 1\n"), FileRunInfo: []byte(`{"run_id":"` + run + `"}`),
 	}
@@ -152,4 +172,41 @@ func mustCaseReport(t *testing.T, dir string, c Case) CaseReport {
 	pb, _ := os.ReadFile(filepath.Join(dir, FilePublicKey))
 	pub, _ := ParsePublicKeyPEM(pb)
 	return CaseReport{Name: c.Name, Outcome: outcome, Reasons: reasons, Observations: o, ProbeClaims: ParseClaims(out), AuditKeyID: KeyID(pub)}
+}
+
+var (
+	templateMu  sync.Mutex
+	templateDir string
+)
+
+// TestMain removes the shared template bundle.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if templateDir != "" {
+		os.RemoveAll(filepath.Dir(templateDir))
+	}
+	os.Exit(code)
+}
+
+// fullBundle returns a fresh copy of a complete passing bundle, built once.
+func fullBundle(t *testing.T) string {
+	t.Helper()
+	templateMu.Lock()
+	if templateDir == "" {
+		parent, err := os.MkdirTemp("", "moat-evidence-template-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := fakeBundle(t)
+		templateDir = filepath.Join(parent, "bundle")
+		if err := os.CopyFS(templateDir, os.DirFS(src)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	templateMu.Unlock()
+	out := filepath.Join(t.TempDir(), "bundle")
+	if err := os.CopyFS(out, os.DirFS(templateDir)); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

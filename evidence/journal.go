@@ -186,8 +186,8 @@ func VerifyJournal(data []byte, pub ed25519.PublicKey) JournalResult {
 		}
 		num, _ := f["seq"].(json.Number)
 		seq, err := num.Int64()
-		if err != nil || seq != int64(n-1) {
-			return invalidAt(res, n, fmt.Sprintf("seq %v, want %d", f["seq"], n-1))
+		if err != nil || seq != int64(n) {
+			return invalidAt(res, n, fmt.Sprintf("seq %v, want %d", f["seq"], n))
 		}
 		if p, _ := f["prev"].(string); p != prev {
 			return invalidAt(res, n, fmt.Sprintf("prev %q does not chain to the previous line (%s)", p, prev))

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/moat-sandbox/moat/audit"
 )
 
 // Raw file names inside cases/<name>/.
@@ -124,6 +126,11 @@ func ObserveCase(dir string, c Case) (Observations, error) {
 		}
 		jr = VerifyJournal(jdata, pub)
 		o.Journal, o.JournalReason = jr.Status, jr.Reason
+		// A second reading: package audit's verifier must agree.
+		if ar := audit.Verify(jdata, pub); ar.Status.String() != jr.Status {
+			o.Journal = JournalInvalid
+			o.JournalReason = fmt.Sprintf("the evidence verifier finds the journal %s (%s) but package audit finds it %s (%s)", jr.Status, jr.Reason, ar.Status, ar.Reason)
+		}
 		for _, r := range jr.Records {
 			switch r.Type {
 			case "inference.requested":

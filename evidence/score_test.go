@@ -13,9 +13,7 @@ import (
 // a fake case directory.
 func cleanObs(t *testing.T, c Case) Observations {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), c.Name)
-	writeFakeCase(t, dir, c)
-	o, err := ObserveCase(dir, c)
+	o, err := ObserveCase(filepath.Join(fullBundle(t), CasesDir, c.Name), c)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 )
 
 func TestFakeBundleVerifies(t *testing.T) {
-	out := fakeBundle(t)
+	out := fullBundle(t)
 	res := VerifyBundle(out, "")
 	if res.Verdict != VerdictComplete {
 		t.Fatalf("got verdict %v (%v), want complete", res.Verdict, res.Problems)
@@ -174,7 +174,7 @@ var TamperCases = []struct {
 func TestTamperedBundlesRejected(t *testing.T) {
 	for _, tc := range TamperCases {
 		t.Run(tc.Name, func(t *testing.T) {
-			out := fakeBundle(t)
+			out := fullBundle(t)
 			tc.Apply(t, out)
 			res := VerifyBundle(out, "")
 			if res.ExitCode() != 1 {
