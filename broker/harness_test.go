@@ -202,8 +202,8 @@ type harness struct {
 	fatal chan string
 }
 
-// harnessOpt is a func(*Config), applied before New, or a func(*Broker),
-// applied before Serve.
+// harnessOpt is a func(*Config), applied before New, a func(*Broker),
+// applied before Serve, or a *testJournal to use.
 type harnessOpt any
 
 func newHarness(t testing.TB, maxReq int, opts ...harnessOpt) *harness {
@@ -214,7 +214,15 @@ func newHarness(t testing.TB, maxReq int, opts ...harnessOpt) *harness {
 
 func startBroker(t testing.TB, fp *fakeProvider, pol *policy.Policy, tr *http.Transport, opts ...harnessOpt) *harness {
 	t.Helper()
-	j := newTestJournal(t)
+	var j *testJournal
+	for _, o := range opts {
+		if oj, ok := o.(*testJournal); ok {
+			j = oj
+		}
+	}
+	if j == nil {
+		j = newTestJournal(t)
+	}
 	fp.verify = j.verify
 	h := &harness{t: t, fp: fp, j: j, fatal: make(chan string, 4)}
 	cfg := Config{

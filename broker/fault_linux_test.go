@@ -1,0 +1,90 @@
+package broker
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/internal/testenv"
+)
+
+// TestRootAuditFaultRealStorage puts the journal on a small tmpfs, fills
+// it, and leaves less room in the journal's last page than one
+// inference.requested line: the broker's next append fails for real
+// (ENOSPC). That request never reaches the provider, none does afterwards,
+// OnFatal fires, and the journal verifies as incomplete (exit 2).
+func TestRootAuditFaultRealStorage(t *testing.T) {
+	testenv.NeedRoot(t)
+	mnt := t.TempDir()
+	if err := unix.Mount("tmpfs", mnt, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=1m,mode=0700"); err != nil {
+		testenv.Need(t, false, "mounting a tmpfs: "+err.Error())
+	}
+	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
+	j := openTestJournal(t, filepath.Join(mnt, "run"))
+	fp := newFakeProvider(t, false)
+	h := startBroker(t, fp, testPolicy(fp.srv.URL, 100), nil, j)
+
+	h.mustSucceed() // the allowed action, on the same storage
+	lineLen := len(h.fp.last().preEffect) + 1
+
+	filler, err := os.Create(filepath.Join(mnt, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 64<<10)
+	for {
+		if _, err := filler.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("filling the tmpfs: %v", err)
+			}
+			break
+		}
+	}
+	filler.Close()
+	// Pad the journal's last page with small records until less room is
+	// left than a pre-effect line needs (RFC 3339 times vary a little in
+	// length, hence the margin).
+	for {
+		fi, err := os.Stat(j.w.JournalPath())
+		if err != nil {
+			t.Fatal(err)
+		}
+		slack := (4096 - fi.Size()%4096) % 4096
+		if slack < int64(lineLen-32) {
+			break
+		}
+		if _, err := j.w.Append(audit.InferenceFailed{RequestID: "pad", Reason: "pad"}); err != nil {
+			t.Fatalf("padding the journal: %v", err)
+		}
+	}
+
+	before := h.fp.count()
+	r := h.raw(post("/v1/messages", anthropicBody))
+	if r.status != 503 || r.header.Get("Moat-Reason") != ReasonAuditFailure || !strings.Contains(r.body, "not sent") {
+		t.Fatalf("request on full storage: status %d reason %q body %s, want 503 %s (not sent)", r.status, r.header.Get("Moat-Reason"), r.body, ReasonAuditFailure)
+	}
+	expectFatal(t, h, ReasonAuditFailure)
+	if got := h.fp.count(); got != before {
+		t.Errorf("the faulted request reached the provider (%d new requests)", got-before)
+	}
+	os.Remove(filepath.Join(mnt, "filler")) // storage recovers; the run does not
+	if r := h.raw(post("/v1/messages", anthropicBody)); r.status != 503 {
+		t.Errorf("after the fault: status %d, want 503", r.status)
+	}
+	if got := h.fp.count(); got != before {
+		t.Errorf("a request reached the provider after the fault")
+	}
+	b, err := os.ReadFile(j.w.JournalPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := audit.Verify(b, j.w.PublicKey()); res.Status.ExitCode() != 2 {
+		t.Errorf("journal verification %v (%s), want incomplete (exit 2)", res.Status, res.Reason)
+	}
+}
