@@ -1,0 +1,98 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/moat-sandbox/moat/policy"
+)
+
+func init() { addCommand(newPolicyCmd) }
+
+func newPolicyCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "policy",
+		Short: "Work with policy files",
+	}
+	cmd.AddCommand(newPolicyCheckCmd())
+	return cmd
+}
+
+// policyCheckResult is what `moat policy check -o json` prints.
+type policyCheckResult struct {
+	Valid    bool             `json:"valid"`
+	File     string           `json:"file"`
+	SHA256   string           `json:"sha256,omitempty"`
+	Policy   *policy.Policy   `json:"policy,omitempty"`
+	Problems []policy.Problem `json:"problems,omitempty"`
+}
+
+func newPolicyCheckCmd() *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "check FILE",
+		Short: "Print the effective policy, or every error in it",
+		Long: `Load FILE as moat would, and print the effective policy: every default
+filled in, every relative path resolved against FILE's directory, sizes
+normalized. The grants are checked against this machine (they must exist and
+hold no Unix socket), as at the start of a run.
+
+If the policy is not valid, every problem is printed on stderr with its
+line and key path, and the exit code is 125.
+
+Output formats:
+  yaml (default)  the effective policy, loadable as a policy file
+  json            {"valid", "file", "sha256", "policy"} or, when invalid,
+                  {"valid": false, "file", "problems": [{"code", "path",
+                  "line", "column", "message"}]} (problems also on stderr)`,
+		Example: `  moat policy check examples/minimal.yaml
+  moat policy check -o json examples/agent-workspace.yaml | jq .sha256`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if out != "" && out != "json" && out != "yaml" {
+				return exitf(ExitRefused, "unknown output format %q (use json or yaml)", out)
+			}
+			return policyCheck(cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], out)
+		},
+	}
+	cmd.Flags().StringVarP(&out, "output", "o", "", "output format: yaml (default) or json")
+	return cmd
+}
+
+func policyCheck(stdout, stderr io.Writer, file, format string) error {
+	pol, err := policy.Load(file)
+	var pe *policy.Error
+	switch {
+	case errors.As(err, &pe):
+		fmt.Fprintf(stderr, "moat: refused: invalid policy: %v\n", err)
+		if format == "json" {
+			writePolicyJSON(stdout, policyCheckResult{File: pe.File, Problems: pe.Problems})
+		}
+		return exitCode(ExitRefused)
+	case err != nil:
+		return exitf(ExitRefused, "policy check: %v", err)
+	}
+	sum := pol.SHA256()
+	if format == "json" {
+		return writePolicyJSON(stdout, policyCheckResult{Valid: true, File: pol.Source, SHA256: sum, Policy: pol})
+	}
+	y, err := pol.YAML()
+	if err != nil {
+		return exitf(ExitRefused, "policy check: %v", err)
+	}
+	fmt.Fprintf(stdout, "# effective policy of %s\n# sha256 %s\n%s", pol.Source, sum, y)
+	return nil
+}
+
+func writePolicyJSON(w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return exitf(ExitRefused, "BUG: encode JSON: %v", err)
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
