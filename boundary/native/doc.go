@@ -63,11 +63,23 @@
 // per-sandbox child cgroup when moat runs as root on cgroup v1; otherwise
 // [boundary.Sandbox.Limits] says they are not enforced, and why.
 //
-// # Not done
+// # Root-owned workspaces
 //
-// Idmapped mounts for root-owned read_write grants are not implemented:
-// as root, a read_write grant not owned by the workload's host uid is
-// refused with a message saying how to fix it.
+// As root the workload runs as process.host_uid. A read_write grant owned
+// by root is mounted idmapped: the supervisor (root) clones it with
+// open_tree and sets MOUNT_ATTR_IDMAP with the init's user namespace (0 →
+// host_uid), then hands the detached mount to the init over the control
+// channel, which attaches it in the new root. The workload sees the grant
+// as its own, and its writes land on disk as root. Where the filesystem
+// or kernel cannot idmap, and for a read_write grant owned by any other
+// uid than host_uid, Prepare refuses and says to chown the grant.
+//
+// # Known limits
+//
+// Landlock rules follow paths, not mounts: a grant mounted below /tmp is
+// also covered by the /tmp rule (every right), so for such a grant only
+// its mount flags keep it read-only. Memory and pids limits are enforced
+// only as root on cgroup v1.
 package native
 
 // Name is the backend's registered name.

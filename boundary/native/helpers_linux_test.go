@@ -154,6 +154,10 @@ func doOp(spec string) string {
 			c.Close()
 		}
 		return res("", err)
+	case "owner":
+		var st unix.Stat_t
+		err := unix.Stat(arg, &st)
+		return res(strconv.Itoa(int(st.Uid)), err)
 	case "kill":
 		pid, _ := strconv.Atoi(arg)
 		return res("", syscall.Kill(pid, 0))

@@ -86,7 +86,20 @@ func runInit(args []string) int {
 		return fail(fmt.Errorf("init: keeping the moat binary open: %w", err))
 	}
 	unix.Close(initExeFD)
-	if err := buildRoot(&cfg); err != nil {
+	recvGrant := func(g grant) (int, error) {
+		m, files, err := ctl.recv()
+		if err != nil {
+			return -1, err
+		}
+		if m.Op != "grant" || m.Dir != g.Path || len(files) != 1 {
+			closeFiles(files)
+			return -1, fmt.Errorf("BUG: expected the idmapped mount of %s, got %q %q with %d fds", g.Path, m.Op, m.Dir, len(files))
+		}
+		fd, err := unix.Dup(int(files[0].Fd()))
+		files[0].Close()
+		return fd, err
+	}
+	if err := buildRoot(&cfg, recvGrant); err != nil {
 		return fail(fmt.Errorf("init: building the sandbox root: %w", err))
 	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {

@@ -28,6 +28,9 @@ const rootTmpfsSize = 1 << 20
 type grant struct {
 	Path  string `json:"path"`
 	Write bool   `json:"write"`
+	// Idmapped grants arrive from the supervisor as detached idmapped
+	// mounts (root-owned read_write grants when moat runs as root).
+	Idmapped bool `json:"idmapped,omitempty"`
 }
 
 // clonedTree is a detached copy of a host path, ready to be attached.
@@ -41,26 +44,45 @@ type clonedTree struct {
 // init, which is uid 0 of a fresh user namespace that owns a fresh mount
 // namespace. On return the process's root is the new tmpfs and nothing of
 // the host is reachable by path.
-func buildRoot(cfg *initConfig) error {
+func buildRoot(cfg *initConfig, recvGrant func(grant) (int, error)) error {
 	// Nothing we mount may propagate back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making / recursively private: %w", err)
 	}
-	grants := append([]grant(nil), cfg.Grants...)
-	sort.SliceStable(grants, func(i, j int) bool { return grants[i].Path < grants[j].Path })
+	grants := cfg.Grants
 	var trees []clonedTree
 	defer func() {
 		for _, t := range trees {
 			unix.Close(t.fd)
 		}
 	}()
+	for _, g := range cfg.Grants {
+		// In the order the supervisor sends them.
+		if !g.Idmapped {
+			continue
+		}
+		fd, err := recvGrant(g)
+		if err != nil {
+			return fmt.Errorf("idmapped grant %s: %w", g.Path, err)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			return err
+		}
+		trees = append(trees, clonedTree{grant: g, fd: fd, dir: st.Mode&unix.S_IFMT == unix.S_IFDIR})
+	}
 	for _, g := range grants {
+		if g.Idmapped {
+			continue
+		}
 		t, err := cloneTree(g)
 		if err != nil {
 			return err
 		}
 		trees = append(trees, t)
 	}
+	sort.SliceStable(trees, func(i, j int) bool { return trees[i].Path < trees[j].Path })
 	var devs []clonedTree
 	defer func() {
 		for _, t := range devs {
@@ -240,4 +262,22 @@ func attachAt(fd int, p string) error {
 // isUnder reports whether p is dir or below it.
 func isUnder(p, dir string) bool {
 	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
+}
+
+// idmappedClone makes, in the supervisor (root), a detached recursive copy
+// of path whose owners are mapped through the user namespace usernsFD:
+// with the init's namespace (0 → host_uid), root-owned files appear as the
+// workload's own, and its writes land on disk as root.
+func idmappedClone(path string, usernsFD int) (int, error) {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	if err != nil {
+		return -1, fmt.Errorf("open_tree: %w", err)
+	}
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
+		Propagation: unix.MS_PRIVATE, Userns_fd: uint64(usernsFD)}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("mount_setattr MOUNT_ATTR_IDMAP: %w", err)
+	}
+	return fd, nil
 }

@@ -115,13 +115,14 @@ func hostIDs(pol *policy.Policy) (int, int, error) {
 		return 0, 0, fmt.Errorf("BUG: host ids %d:%d", uid, gid)
 	}
 	// A read_write grant the workload's host uid does not own could not be
-	// written. Idmapped mounts are not implemented yet: refuse.
+	// written. Root-owned ones are idmapped (initConfigFor); others are
+	// refused.
 	for _, p := range pol.Filesystem.ReadWrite {
 		var st unix.Stat_t
 		if err := unix.Stat(p, &st); err != nil {
 			return 0, 0, fmt.Errorf("moat: refused: read_write grant %s: %w", p, err)
 		}
-		if int(st.Uid) != uid {
+		if int(st.Uid) != uid && st.Uid != 0 {
 			return 0, 0, fmt.Errorf("moat: refused: read_write grant %s is owned by uid %d, but the workload runs as host uid %d (process.host_uid); chown -R %d:%d %s, or set process.host_uid to its owner", p, st.Uid, uid, uid, gid, p)
 		}
 	}
@@ -146,7 +147,14 @@ func initConfigFor(pol *policy.Policy, abi, gid int) (*initConfig, error) {
 		if _, err := os.Stat(path); err != nil {
 			return fmt.Errorf("moat: refused: grant %s: %w", path, err)
 		}
-		cfg.Grants = append(cfg.Grants, grant{Path: path, Write: write})
+		g := grant{Path: path, Write: write}
+		if write && os.Geteuid() == 0 {
+			var st unix.Stat_t
+			if err := unix.Stat(path, &st); err == nil && st.Uid == 0 {
+				g.Idmapped = true
+			}
+		}
+		cfg.Grants = append(cfg.Grants, g)
 		for _, o := range testOmitLandlock {
 			if o == path {
 				return nil
@@ -246,6 +254,9 @@ func (sb *sandbox) startInit(ctx context.Context, cfg *initConfig, hostUID, host
 	if cfg.OpenFiles > 0 {
 		sb.limits.OpenFiles = true
 	}
+	if err := sb.sendIdmapped(cfg, cmd.Process.Pid, hostUID, hostGID); err != nil {
+		return err
+	}
 	b, err := json.Marshal(cfg)
 	if err != nil {
 		return fmt.Errorf("BUG: init config: %w", err)
@@ -280,4 +291,35 @@ func startDumpable(cmd *exec.Cmd) error {
 	}
 	defer unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	return cmd.Start()
+}
+
+// sendIdmapped makes the idmapped mounts of root-owned read_write grants
+// with the init's user namespace and hands them to the init, which
+// attaches them in its root. Where the kernel or filesystem cannot, the
+// run is refused with the fix.
+func (sb *sandbox) sendIdmapped(cfg *initConfig, initPID, hostUID, hostGID int) error {
+	var ns *os.File
+	for _, g := range cfg.Grants {
+		if !g.Idmapped {
+			continue
+		}
+		if ns == nil {
+			var err error
+			ns, err = os.Open(fmt.Sprintf("/proc/%d/ns/user", initPID))
+			if err != nil {
+				return fmt.Errorf("native: the init's user namespace: %w", err)
+			}
+			defer ns.Close()
+		}
+		fd, err := idmappedClone(g.Path, int(ns.Fd()))
+		if err != nil {
+			return fmt.Errorf("moat: refused: read_write grant %s is owned by root and cannot be idmapped here (%v); chown -R %d:%d %s (process.host_uid) and run again", g.Path, err, hostUID, hostGID, g.Path)
+		}
+		err = sb.ctl.send(ctlMsg{Op: "grant", Dir: g.Path}, fd)
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("native: sending the idmapped grant %s: %w", g.Path, err)
+		}
+	}
+	return nil
 }

@@ -577,14 +577,15 @@ func TestRootCgroupLimits(t *testing.T) {
 func TestRootReadWriteGrantOwnedByOther(t *testing.T) {
 	testenv.NeedRoot(t)
 	f := newFixture(t)
-	if err := os.Chown(f.ws, 0, 0); err != nil {
+	const stranger = 12345
+	if err := os.Chown(f.ws, stranger, stranger); err != nil {
 		t.Fatal(err)
 	}
 	be, _ := boundary.Lookup(Name)
 	sb, err := be.Prepare(context.Background(), boundary.Spec{RunID: "own", Policy: f.pol, StateDir: t.TempDir()})
 	if err == nil {
 		sb.Terminate()
-		t.Fatal("Prepare with a root-owned read_write grant and host_uid 65534 succeeded")
+		t.Fatal("Prepare with a read_write grant owned by another uid than host_uid succeeded")
 	}
 	if !strings.Contains(err.Error(), "chown") || !strings.Contains(err.Error(), f.ws) {
 		t.Errorf("refusal %q does not say how to fix it", err)
@@ -594,4 +595,35 @@ func TestRootReadWriteGrantOwnedByOther(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.prepare(t)
+}
+
+// TestRootIdmappedGrant: a root-owned read_write grant is mounted
+// idmapped, so the workload (host uid 65534) writes to it and the files
+// land on disk as root.
+func TestRootIdmappedGrant(t *testing.T) {
+	testenv.NeedRoot(t)
+	f := newFixture(t)
+	if err := os.Chown(f.ws, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(f.ws, "rootfile"), []byte("r"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sb := f.prepare(t)
+	res := f.ops(t, sb, "write:"+filepath.Join(f.ws, "made-inside"), "read:"+filepath.Join(f.ws, "rootfile"), "owner:"+f.ws)
+	wantPrefix(t, res, "write:"+filepath.Join(f.ws, "made-inside"), "ok")
+	wantPrefix(t, res, "read:"+filepath.Join(f.ws, "rootfile"), "ok r")
+	wantPrefix(t, res, "owner:"+f.ws, "ok 1000")
+	st, err := os.Stat(filepath.Join(f.ws, "made-inside"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid := st.Sys().(*syscall.Stat_t).Uid; uid != 0 {
+		t.Errorf("file written inside: host owner uid %d, want 0 (the grant's owner)", uid)
+	}
+	// Control: the host's view of a file outside the grant is unchanged,
+	// and a host-uid 65534 process could not have written there.
+	if fi, _ := os.Stat(f.ws); fi.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Errorf("the grant's owner changed on the host")
+	}
 }
