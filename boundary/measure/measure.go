@@ -291,9 +291,12 @@ func joinHostPort(host string, port int) string {
 
 // expandSecret returns the paths to probe for one host secret. A directory
 // that holds a grant cannot be unreadable as a whole (the grant's mount
-// point is inside it), so its other entries are probed instead.
+// point is inside it), and neither can /tmp or a directory above it (the
+// sandbox has a /tmp of its own), so their other entries on the host are
+// probed instead.
 func expandSecret(s string, grants []string) []string {
-	holdsGrant := slices.ContainsFunc(grants, func(g string) bool { return g != s && within(g, s) })
+	holdsGrant := within(sandboxTmp, s) ||
+		slices.ContainsFunc(grants, func(g string) bool { return g != s && within(g, s) })
 	if !holdsGrant {
 		return []string{s}
 	}
@@ -307,8 +310,8 @@ func expandSecret(s string, grants []string) []string {
 	var out []string
 	for _, n := range names {
 		p := filepath.Join(s, n)
-		if slices.ContainsFunc(grants, func(g string) bool { return within(g, p) || within(p, g) }) {
-			continue // a grant, inside one, or on the way to one
+		if within(sandboxTmp, p) || slices.ContainsFunc(grants, func(g string) bool { return within(g, p) || within(p, g) }) {
+			continue // a grant, inside one, or on the way to one or to /tmp
 		}
 		out = append(out, p)
 		if len(out) == maxSecretEntries {

@@ -71,6 +71,32 @@ func TestBuildPlan(t *testing.T) {
 			t.Errorf("plan has %q", bad)
 		}
 	}
+	// /tmp as a secret (say, the working directory) is the sandbox's own
+	// inside: its host entries are probed instead, including the sentinel.
+	f, err := os.CreateTemp("/tmp", ".moat-plan-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	defer os.Remove(f.Name())
+	tpl, err := buildPlan(Config{BrokerPort: 1, HostSecrets: []string{"/tmp"}}, "00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tids := planIDs(tpl)
+	if slices.Contains(tids, "fs/read-secret:/tmp") {
+		t.Errorf("plan probes the sandbox's own /tmp as a secret")
+	}
+	n := 0
+	for _, id := range tids {
+		if strings.HasPrefix(id, "fs/read-secret:/tmp/") {
+			n++
+		}
+	}
+	if n == 0 || n > maxSecretEntries {
+		t.Errorf("%d host /tmp entries probed, want 1..%d", n, maxSecretEntries)
+	}
+
 	// Kinds are the host's: every control is one of the allowed actions.
 	for _, p := range pl.Probes {
 		if (p.kind == KindControl) != isControl(p.ID) {
