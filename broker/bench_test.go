@@ -1,0 +1,172 @@
+package broker
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/moat-sandbox/moat/audit"
+)
+
+// Benchmarks: what the broker adds to a request, against the same request
+// sent directly to the same fake provider, with the journal's fsync cost
+// measured in the same run on the same file system (t.TempDir). Run with
+//
+//	go test -run '^$' -bench . -benchtime 2s ./broker/
+
+const benchAllowance = 1 << 30
+
+// benchProvider is the fake provider without per-request verification, so
+// that direct and brokered requests cost the provider the same.
+func benchProvider(b *testing.B) (*fakeProvider, *harness) {
+	fp := newFakeProvider(b, false)
+	fp.bare = true
+	h := startBroker(b, fp, testPolicy(fp.srv.URL, benchAllowance), nil)
+	return fp, h
+}
+
+func benchClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}}
+}
+
+func doPost(b *testing.B, c *http.Client, url, body string) {
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Api-Key", Placeholder)
+	resp, err := c.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b.Fatalf("status %d", resp.StatusCode)
+	}
+}
+
+// BenchmarkLatency: one non-streaming request at a time.
+func BenchmarkLatency(b *testing.B) {
+	fp, h := benchProvider(b)
+	b.Run("direct", func(b *testing.B) {
+		c := benchClient()
+		for b.Loop() {
+			doPost(b, c, fp.srv.URL+"/v1/messages", anthropicBody)
+		}
+	})
+	b.Run("broker", func(b *testing.B) {
+		c := benchClient()
+		for b.Loop() {
+			doPost(b, c, "http://"+h.addr+"/v1/messages", anthropicBody)
+		}
+	})
+}
+
+// BenchmarkFsync: one 1 KiB append plus fsync on the file system of the
+// journal (a brokered request makes two: requested and completed).
+func BenchmarkFsync(b *testing.B) {
+	f, err := os.Create(filepath.Join(b.TempDir(), "f"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	line := bytes.Repeat([]byte("x"), 1024)
+	for b.Loop() {
+		f.Write(line)
+		if err := f.Sync(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkJournalAppend: one inference.requested record through the real
+// audit writer (sign, write, fsync).
+func BenchmarkJournalAppend(b *testing.B) {
+	j := newTestJournal(b)
+	rec := audit.InferenceRequested{RequestID: newRequestID(), Provider: "anthropic", API: "anthropic-messages",
+		Endpoint: "/v1/messages", Model: "claude-test", BodySHA256: strings.Repeat("ab", 32), ReservedTokens: 16,
+		Attribution: audit.Attribution{Status: "unavailable", Reason: "bench"}}
+	for b.Loop() {
+		if _, err := j.w.Append(rec); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkThroughput: requests per second over 1, 8 and 32 concurrent
+// connections, through the broker and through httputil.ReverseProxy (no
+// policy, no journal) to the same provider.
+func BenchmarkThroughput(b *testing.B) {
+	fp, h := benchProvider(b)
+	target, _ := url.Parse(fp.srv.URL)
+	rp := httptest.NewServer(httputil.NewSingleHostReverseProxy(target))
+	defer rp.Close()
+	for _, conns := range []int{1, 8, 32} {
+		for _, tc := range []struct{ name, url string }{
+			{"broker", "http://" + h.addr + "/v1/messages"},
+			{"reverseproxy", rp.URL + "/v1/messages"},
+		} {
+			b.Run(fmt.Sprintf("%s/conns=%d", tc.name, conns), func(b *testing.B) {
+				var next atomic.Int64
+				var wg sync.WaitGroup
+				start := time.Now()
+				b.ResetTimer()
+				for range conns {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						c := benchClient()
+						for next.Add(1) <= int64(b.N) {
+							doPost(b, c, tc.url, anthropicBody)
+						}
+					}()
+				}
+				wg.Wait()
+				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "req/s")
+			})
+		}
+	}
+}
+
+// BenchmarkSSETTFB: time to the first byte of a streamed answer.
+func BenchmarkSSETTFB(b *testing.B) {
+	fp, h := benchProvider(b)
+	body := strings.Replace(anthropicBody, `{"model"`, `{"stream":true,"model"`, 1)
+	for _, tc := range []struct{ name, url string }{
+		{"direct", fp.srv.URL + "/v1/messages"},
+		{"broker", "http://" + h.addr + "/v1/messages"},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			c := benchClient()
+			var total time.Duration
+			for b.Loop() {
+				req, _ := http.NewRequest(http.MethodPost, tc.url, strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("X-Api-Key", Placeholder)
+				t0 := time.Now()
+				resp, err := c.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				var one [1]byte
+				if _, err := io.ReadFull(resp.Body, one[:]); err != nil {
+					b.Fatal(err)
+				}
+				total += time.Since(t0)
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ttfb-ns")
+		})
+	}
+}
