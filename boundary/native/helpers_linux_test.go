@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -158,6 +159,45 @@ func doOp(spec string) string {
 		var st unix.Stat_t
 		err := unix.Stat(arg, &st)
 		return res(strconv.Itoa(int(st.Uid)), err)
+	case "unix":
+		c, err := net.Dial("unix", arg)
+		if err == nil {
+			c.Close()
+		}
+		return res("", err)
+	case "socket":
+		spec3, known := map[string][3]int{
+			"packet": {unix.AF_PACKET, unix.SOCK_RAW, 0},
+			"vsock":  {unix.AF_VSOCK, unix.SOCK_STREAM, 0},
+			"mptcp":  {unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_MPTCP},
+			"inet":   {unix.AF_INET, unix.SOCK_STREAM, 0},
+		}[arg]
+		if !known {
+			return spec + " err unknown-socket"
+		}
+		dom, typ, proto := spec3[0], spec3[1], spec3[2]
+		fd, err := unix.Socket(dom, typ, proto)
+		if err == nil {
+			unix.Close(fd)
+		}
+		return res("", err)
+	case "keyctl":
+		_, _, e := unix.Syscall(unix.SYS_ADD_KEY, 0, 0, 0)
+		return res("", errnoErr(e))
+	case "io_uring":
+		var params [120]byte
+		fd, _, e := unix.Syscall(unix.SYS_IO_URING_SETUP, 1, uintptr(unsafe.Pointer(&params[0])), 0)
+		if e == 0 {
+			unix.Close(int(fd))
+		}
+		return res("", errnoErr(e))
+	case "ptrace":
+		pid, _ := strconv.Atoi(arg)
+		err := unix.PtraceAttach(pid)
+		if err == nil {
+			unix.PtraceDetach(pid)
+		}
+		return res("", err)
 	case "kill":
 		pid, _ := strconv.Atoi(arg)
 		return res("", syscall.Kill(pid, 0))
@@ -196,6 +236,13 @@ func doOp(spec string) string {
 		return res(fmt.Sprintf("core=%d nofile=%d", core.Max, nofile.Max), err)
 	}
 	return spec + " err unknown-op"
+}
+
+func errnoErr(e syscall.Errno) error {
+	if e == 0 {
+		return nil
+	}
+	return e
 }
 
 // fixture is a sandbox setup that works as root and as an unprivileged

@@ -38,6 +38,18 @@ func TestIdentityAndPrivilege(t *testing.T) {
 	wantPrefix(t, res, "rlimit", "ok core=0 nofile=256")
 	wantPrefix(t, res, "unshare-user", "err E")
 	wantPrefix(t, res, "read:/proc/sys/user/max_user_namespaces", "ok 0")
+
+	// Privilege and kernel-surface syscalls fail; a plain socket works.
+	sleeper, err := sb.Start(context.Background(), boundary.Process{Argv: []string{f.bin}, Env: []string{actionEnv + "=sleep"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sleeper.Signal(syscall.SIGKILL); sleeper.Wait() }()
+	res = f.ops(t, sb, "socket:packet", "socket:vsock", "socket:mptcp", "keyctl", "io_uring", "ptrace:1", "ptrace:2", "socket:inet")
+	for _, op := range []string{"socket:packet", "socket:vsock", "socket:mptcp", "keyctl", "io_uring", "ptrace:1", "ptrace:2"} {
+		wantPrefix(t, res, op, "err E")
+	}
+	wantPrefix(t, res, "socket:inet", "ok")
 }
 
 func TestTwoSandboxes(t *testing.T) {
@@ -216,7 +228,39 @@ func TestNetworkConfinement(t *testing.T) {
 	tcpAddr := tcpL.Addr().String()
 	udpAddr := udp.LocalAddr().String()
 	broker := fmt.Sprintf("127.0.0.1:%d", li.Port)
-	res := f.ops(t, sb, "tcp:"+tcpAddr, "udp:"+udpAddr, "unixabs:"+abstract, "tcp:"+broker, "tcp:[::1]:"+strconv.Itoa(li.Port))
+	// A host process puts a Unix socket into the writable workspace after
+	// the sandbox is ready.
+	sockPath := filepath.Join(f.ws, "host.sock")
+	pl, err := net.Listen("unix", sockPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pl.Close()
+	os.Chmod(sockPath, 0o777)
+	var pathHits atomic.Int32
+	go func() {
+		for {
+			c, err := pl.Accept()
+			if err != nil {
+				return
+			}
+			pathHits.Add(1)
+			c.Close()
+		}
+	}()
+	res := f.ops(t, sb, "tcp:"+tcpAddr, "udp:"+udpAddr, "unixabs:"+abstract, "unix:"+sockPath, "stat:"+sockPath,
+		"tcp:"+broker, "tcp:[::1]:"+strconv.Itoa(li.Port))
+	wantPrefix(t, res, "unix:"+sockPath, "err")
+	wantPrefix(t, res, "stat:"+sockPath, "ok") // it is there, and unreachable
+	if n := pathHits.Load(); n != 0 {
+		t.Errorf("host Unix socket in the workspace saw %d connections, want 0", n)
+	}
+	// Control: the host can connect to it.
+	if c, err := net.Dial("unix", sockPath); err != nil {
+		t.Errorf("control: host connect to %s: %v", sockPath, err)
+	} else {
+		c.Close()
+	}
 	wantPrefix(t, res, "tcp:"+broker, "ok")
 	wantPrefix(t, res, "tcp:"+tcpAddr, "err")
 	wantPrefix(t, res, "unixabs:"+abstract, "err")
