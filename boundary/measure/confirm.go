@@ -109,7 +109,7 @@ func Confirm(ctx context.Context, sb boundary.Sandbox, cfg Config) (boundary.Pro
 		return props, nil, fmt.Errorf("measure: starting the measurement helper: %w", err)
 	}
 	helperPID := run.HostPID()
-	code, waitErr, finished := waitHelper(ctx, run)
+	code, finished, waitErr := waitHelper(ctx, run)
 	conns := obs.stop()
 
 	rep := &Report{}
@@ -210,7 +210,7 @@ func describe(c Check) string {
 }
 
 // waitHelper waits for the helper, killing it when ctx ends.
-func waitHelper(ctx context.Context, run boundary.Running) (code int, err error, finished bool) {
+func waitHelper(ctx context.Context, run boundary.Running) (code int, finished bool, err error) {
 	type res struct {
 		code int
 		err  error
@@ -222,15 +222,15 @@ func waitHelper(ctx context.Context, run boundary.Running) (code int, err error,
 	}()
 	select {
 	case r := <-ch:
-		return r.code, r.err, true
+		return r.code, true, r.err
 	case <-ctx.Done():
 	}
 	run.Signal(syscall.SIGKILL)
 	select {
 	case r := <-ch:
-		return r.code, r.err, false
+		return r.code, false, r.err
 	case <-time.After(killGrace):
-		return -1, errors.New("the helper did not exit after SIGKILL"), false
+		return -1, false, errors.New("the helper did not exit after SIGKILL")
 	}
 }
 
