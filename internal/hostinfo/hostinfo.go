@@ -1,0 +1,127 @@
+// Package hostinfo measures what this host offers moat: the Landlock ABI,
+// unprivileged user namespaces, seccomp, cgroup delegation, runsc, openssl,
+// the kernel and the architecture. Each check tries the real thing (a
+// syscall, a child process, a mkdir) instead of reading configuration, and
+// says what to change when it fails. `moat doctor` is built on it.
+//
+// Linux checks live in hostinfo_linux.go; elsewhere they return an
+// *UnsupportedError.
+package hostinfo
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Error says that a feature is missing or unusable here, why, and what to
+// change.
+type Error struct {
+	Feature string // e.g. "landlock", "user namespaces"
+	Reason  string // what was observed
+	Hint    string // what to change; "" when there is nothing to suggest
+	Err     error  // the underlying error, if any
+}
+
+func (e *Error) Error() string {
+	s := fmt.Sprintf("%s: %s", e.Feature, e.Reason)
+	if e.Hint != "" {
+		s += " (" + e.Hint + ")"
+	}
+	return s
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// UnsupportedError is returned on systems where a check has no meaning
+// (everything but Linux for the kernel checks).
+type UnsupportedError struct{ Feature, GOOS string }
+
+func (e *UnsupportedError) Error() string {
+	return fmt.Sprintf("%s is not supported on %s; moat's sandbox needs Linux", e.Feature, e.GOOS)
+}
+
+// ErrUnsupported matches every *UnsupportedError with errors.Is.
+var ErrUnsupported = errors.New("unsupported on this system")
+
+// Is makes errors.Is(err, ErrUnsupported) true.
+func (e *UnsupportedError) Is(target error) bool { return target == ErrUnsupported }
+
+// ToolTimeout bounds how long a tool's version query may take.
+const ToolTimeout = 10 * time.Second
+
+// toolDirs are searched after $PATH, so that tools are found even under a
+// minimal environment (e.g. `env -i`).
+var toolDirs = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+
+// findTool returns the path of an executable named name.
+func findTool(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return filepath.Abs(p)
+	}
+	for _, d := range toolDirs {
+		p := filepath.Join(d, name)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s not found in $PATH or %s", name, strings.Join(toolDirs, ", "))
+}
+
+// toolOutput runs path with args and returns its first line of output.
+func toolOutput(path string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), ToolTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LC_ALL=C"}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%s %s: %w: %s", path, strings.Join(args, " "), err, strings.TrimSpace(out.String()))
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(out.String()), "\n")
+	return strings.TrimSpace(line), nil
+}
+
+// Runsc finds gVisor's runsc and returns its path and version (e.g.
+// "0.0~20221219.0" or "release-20240101.0").
+func Runsc() (path, version string, err error) {
+	path, err = findTool("runsc")
+	if err != nil {
+		return "", "", &Error{Feature: "runsc", Reason: err.Error(), Hint: "install gVisor (Debian/Ubuntu: apt-get install runsc) to use --backend gvisor", Err: err}
+	}
+	line, err := toolOutput(path, "--version")
+	if err != nil {
+		return path, "", &Error{Feature: "runsc", Reason: "does not run: " + err.Error(), Err: err}
+	}
+	v, ok := strings.CutPrefix(line, "runsc version ")
+	if !ok || v == "" {
+		return path, "", &Error{Feature: "runsc", Reason: fmt.Sprintf("unexpected version output %q", line)}
+	}
+	return path, v, nil
+}
+
+// OpenSSL finds openssl and returns its path and version (e.g. "3.0.17").
+// Verifying journals with openssl needs 3.0 or newer (pkeyutl -rawin for
+// Ed25519).
+func OpenSSL() (path, version string, err error) {
+	path, err = findTool("openssl")
+	if err != nil {
+		return "", "", &Error{Feature: "openssl", Reason: err.Error(), Hint: "install openssl 3 (apt-get install openssl) to check journals with it", Err: err}
+	}
+	line, err := toolOutput(path, "version")
+	if err != nil {
+		return path, "", &Error{Feature: "openssl", Reason: "does not run: " + err.Error(), Err: err}
+	}
+	f := strings.Fields(line)
+	if len(f) < 2 || (f[0] != "OpenSSL" && f[0] != "LibreSSL") {
+		return path, "", &Error{Feature: "openssl", Reason: fmt.Sprintf("unexpected version output %q", line)}
+	}
+	return path, f[1], nil
+}

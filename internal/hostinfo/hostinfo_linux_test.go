@@ -1,0 +1,187 @@
+package hostinfo
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/internal/testenv"
+)
+
+// createRuleset calls landlock_create_ruleset with attr and reports whether
+// the kernel accepted it.
+func createRuleset(attr []uint64) error {
+	fd, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr[0])), uintptr(8*len(attr)), 0)
+	if errno != 0 {
+		return errno
+	}
+	unix.Close(int(fd))
+	return nil
+}
+
+// TestLandlockABI cross-checks the reported ABI against what the kernel
+// accepts: network rules exist from ABI 4, scoping from ABI 6.
+func TestLandlockABI(t *testing.T) {
+	abi, err := LandlockABI()
+	testenv.Need(t, err == nil, fmt.Sprintf("landlock: %v", err))
+	if abi < 1 || abi > 64 {
+		t.Fatalf("got ABI %d, want 1..64", abi)
+	}
+	const fsV1 = 1<<13 - 1 // the 13 file system rights of ABI 1
+	if err := createRuleset([]uint64{fsV1}); err != nil {
+		t.Errorf("ABI %d: ruleset with ABI 1 rights: %v", abi, err)
+	}
+	netErr := createRuleset([]uint64{fsV1, 3})
+	if (netErr == nil) != (abi >= 4) {
+		t.Errorf("ABI %d: ruleset with TCP rights got %v, want success iff ABI >= 4", abi, netErr)
+	}
+	scopeErr := createRuleset([]uint64{fsV1, 0, 3})
+	if (scopeErr == nil) != (abi >= 6) {
+		t.Errorf("ABI %d: ruleset with scoping got %v, want success iff ABI >= 6", abi, scopeErr)
+	}
+}
+
+func TestUserNamespaces(t *testing.T) {
+	err := UserNamespaces()
+	testenv.Need(t, err == nil, fmt.Sprintf("user namespaces: %v", err))
+	if h := userNSHint(); h == "" {
+		t.Error("userNSHint is empty; a failure would not say what to change")
+	}
+}
+
+func TestSeccomp(t *testing.T) {
+	err := Seccomp()
+	testenv.Need(t, err == nil, fmt.Sprintf("seccomp: %v", err))
+	mode, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0)
+	if err != nil || mode < 0 || mode > 2 {
+		t.Errorf("PR_GET_SECCOMP got %d %v, want 0..2", mode, err)
+	}
+}
+
+// TestCgroups checks Cgroups against an independent attempt to create a
+// child cgroup in the directories it names, and that it leaves nothing
+// behind.
+func TestCgroups(t *testing.T) {
+	c := Cgroups()
+	if c.Version != 1 && c.Version != 2 {
+		t.Fatalf("got version %d (%s), want 1 or 2", c.Version, c.Reason)
+	}
+	testenv.Need(t, c.Memory.Available && c.Pids.Available, "cgroup memory and pids controllers: "+c.Reason)
+	if c.Delegated != (c.Memory.Writable && c.Pids.Writable) {
+		t.Errorf("delegated %v, but memory writable %v and pids writable %v", c.Delegated, c.Memory.Writable, c.Pids.Writable)
+	}
+	if !c.Delegated && c.Reason == "" {
+		t.Error("not delegated and no reason given")
+	}
+	if c.Delegated && c.Reason != "" {
+		t.Errorf("delegated but reason %q", c.Reason)
+	}
+	for name, ctl := range map[string]CgroupController{"memory": c.Memory, "pids": c.Pids} {
+		probe := filepath.Join(ctl.Dir, fmt.Sprintf("moat-test-%d", os.Getpid()))
+		err := os.Mkdir(probe, 0o755)
+		if err == nil {
+			os.Remove(probe)
+		}
+		if c.Version == 1 && (err == nil) != ctl.Writable {
+			t.Errorf("%s: writable %v, but mkdir in %s: %v", name, ctl.Writable, ctl.Dir, err)
+		}
+		if !ctl.Writable && ctl.Reason == "" {
+			t.Errorf("%s: not writable and no reason", name)
+		}
+		ents, _ := os.ReadDir(ctl.Dir)
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), fmt.Sprintf("moat-probe-%d-", os.Getpid())) {
+				t.Errorf("%s: probe cgroup %s left behind", name, e.Name())
+			}
+		}
+	}
+	if c.Version == 1 && os.Geteuid() != 0 && !c.Delegated && !strings.Contains(c.Reason, "not delegated") {
+		t.Errorf("unprivileged on v1: reason %q does not say v1 is not delegated", c.Reason)
+	}
+}
+
+// TestRootCgroupsDelegated: as root on this kind of host, moat can set
+// memory and pids limits.
+func TestRootCgroupsDelegated(t *testing.T) {
+	testenv.NeedRoot(t)
+	if c := Cgroups(); !c.Delegated {
+		t.Errorf("as root: not delegated: %s", c.Reason)
+	}
+}
+
+func TestRunsc(t *testing.T) {
+	path, version, err := Runsc()
+	testenv.Need(t, err == nil, fmt.Sprintf("runsc: %v", err))
+	if !filepath.IsAbs(path) || version == "" || strings.ContainsAny(version, " \n") {
+		t.Errorf("got path %q version %q, want an absolute path and one version word", path, version)
+	}
+}
+
+func TestOpenSSL(t *testing.T) {
+	path, version, err := OpenSSL()
+	testenv.Need(t, err == nil, fmt.Sprintf("openssl: %v", err))
+	if !filepath.IsAbs(path) || version == "" || version[0] < '0' || version[0] > '9' {
+		t.Errorf("got path %q version %q, want an absolute path and a version number", path, version)
+	}
+}
+
+func TestKernel(t *testing.T) {
+	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := Kernel(), strings.TrimSpace(string(b)); got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+func TestArch(t *testing.T) {
+	want := map[string]string{"amd64": "x86_64", "arm64": "aarch64", "386": "i686", "riscv64": "riscv64"}[runtime.GOARCH]
+	got := Arch()
+	if got == "" || want != "" && got != want {
+		t.Errorf("got %q, want %q for GOARCH %s", got, want, runtime.GOARCH)
+	}
+}
+
+func TestMissingTool(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	_, err := findTool("moat-no-such-tool")
+	if err == nil || !strings.Contains(err.Error(), "moat-no-such-tool not found") {
+		t.Errorf("got %v, want not found", err)
+	}
+	if p, err := findTool("sh"); err != nil || !filepath.IsAbs(p) {
+		t.Errorf("control: sh outside $PATH got %q %v, want found in a system directory", p, err)
+	}
+}
+
+func TestUnescape(t *testing.T) {
+	for in, want := range map[string]string{
+		`/a\040b`: "/a b",
+		`/plain`:  "/plain",
+		`/a\04`:   `/a\04`,
+		`/a\9999`: `/a\9999`,
+		`\134`:    `\`,
+	} {
+		if got := unescape(in); got != want {
+			t.Errorf("unescape(%q) got %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestUnsupportedIs(t *testing.T) {
+	var err error = &UnsupportedError{Feature: "landlock", GOOS: "plan9"}
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "plan9") {
+		t.Errorf("got %v, want errors.Is ErrUnsupported naming the system", err)
+	}
+	var e error = &Error{Feature: "landlock", Reason: "r", Hint: "h", Err: unix.ENOSYS}
+	if !errors.Is(e, unix.ENOSYS) || e.Error() != "landlock: r (h)" {
+		t.Errorf("got %q, want wrapping ENOSYS", e)
+	}
+}
