@@ -179,13 +179,12 @@ var (
 	templateDir string
 )
 
-// TestMain removes the shared template bundle.
-func TestMain(m *testing.M) {
-	code := m.Run()
+// CleanupTemplates removes the shared template bundle (called by TestMain
+// in e2e_test.go).
+func CleanupTemplates() {
 	if templateDir != "" {
 		os.RemoveAll(filepath.Dir(templateDir))
 	}
-	os.Exit(code)
 }
 
 // fullBundle returns a fresh copy of a complete passing bundle, built once.

@@ -164,12 +164,10 @@ func (r *caseRun) policy() []byte {
 	if max == 0 {
 		max = DefaultMaxRequests
 	}
-	backend := ""
-	if r.s.Backend != "" {
-		backend = "backend: " + r.s.Backend + "\n"
-	}
+	// The backend is chosen with --backend on the command line, which
+	// overrides the policy's and never falls back.
 	return []byte(fmt.Sprintf(`version: 1
-%sfilesystem:
+filesystem:
   read_only: [%s]
   read_write: [%s]
 process:
@@ -190,7 +188,7 @@ inference:
       models: [%s]
 audit:
   dir: %s
-`, backend, strings.Join(ro, ", "), r.workspace, max, r.prov.URL(), CredEnvAnthropic, ModelAnthropic,
+`, strings.Join(ro, ", "), r.workspace, max, r.prov.URL(), CredEnvAnthropic, ModelAnthropic,
 		r.prov.URL(), CredEnvOpenAI, ModelOpenAI, r.auditDir))
 }
 

@@ -1,0 +1,175 @@
+package evidence_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/moat-sandbox/moat/evidence"
+	"github.com/moat-sandbox/moat/evidence/probe"
+	"github.com/moat-sandbox/moat/internal/cli"
+	"github.com/moat-sandbox/moat/internal/testenv"
+)
+
+// TestMain lets the test binary stand in for both binaries under test, so
+// that the end-to-end tests need neither the Go toolchain nor the source
+// tree at run time: copied as "moat" it is moat (including its hidden
+// re-exec helpers); copied as "moat-probe" it is the probe.
+func TestMain(m *testing.M) {
+	switch {
+	case len(os.Args) > 1 && strings.HasPrefix(os.Args[1], "__moat-"), filepath.Base(os.Args[0]) == "moat":
+		os.Exit(cli.Main(os.Args[1:]))
+	case filepath.Base(os.Args[0]) == "moat-probe":
+		os.Exit(probe.Main(os.Args[1:], os.Stdout))
+	}
+	code := m.Run()
+	evidence.CleanupTemplates()
+	os.Exit(code)
+}
+
+// bins copies the test binary to a world-readable directory as moat and
+// moat-probe.
+func bins(t *testing.T) (moat, probeBin string) {
+	t.Helper()
+	testenv.Need(t, runtime.GOOS == "linux", "the sandbox is Linux-only")
+	_, err := os.Stat("/proc/self/ns/user")
+	testenv.Need(t, err == nil, "user namespaces are not available")
+	_, err = exec.LookPath("openssl")
+	testenv.Need(t, err == nil, "openssl is needed by the synthetic provider")
+	dir, err := os.MkdirTemp("", "moat-evidence-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o755)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	moat, probeBin = filepath.Join(dir, "moat"), filepath.Join(dir, "moat-probe")
+	for _, p := range []string{moat, probeBin} {
+		if err := copyExe(self, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return moat, probeBin
+}
+
+func copyExe(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		return err
+	}
+	return out.Close()
+}
+
+func runSuite(t *testing.T, cases ...string) (string, *evidence.Result) {
+	t.Helper()
+	moat, probeBin := bins(t)
+	out := filepath.Join(t.TempDir(), "bundle")
+	var progress bytes.Buffer
+	res, err := evidence.Run(context.Background(), evidence.Options{Out: out, Cases: cases, Binary: moat, Probe: probeBin, Progress: &progress})
+	t.Logf("progress:\n%s", progress.String())
+	if err != nil {
+		t.Fatalf("suite: %v", err)
+	}
+	return out, res
+}
+
+// TestRootEvidenceSuite runs the whole suite against the real sandbox (the
+// storage fault needs root), verifies the bundle, greps it for secrets, and
+// checks that each tampering is rejected.
+func TestRootEvidenceSuite(t *testing.T) {
+	testenv.NeedRoot(t)
+	out, res := runSuite(t)
+	for _, c := range res.Report.Cases {
+		if c.Outcome != evidence.OutcomePass {
+			t.Errorf("%s: got %s, want pass: %v", c.Name, c.Outcome, c.Reasons)
+		}
+	}
+	if !res.Report.Complete || len(res.Report.Cases) != len(evidence.Cases) {
+		t.Fatalf("got complete=%v with %d cases, want the full list", res.Report.Complete, len(res.Report.Cases))
+	}
+	v := evidence.VerifyBundle(out, res.ManifestSHA256)
+	if v.ExitCode() != 0 {
+		t.Fatalf("verify: got exit %d: %v", v.ExitCode(), v.Problems)
+	}
+	checkNoSecrets(t, out, res.Credentials)
+
+	for _, tc := range evidence.TamperCases {
+		t.Run("tamper/"+tc.Name, func(t *testing.T) {
+			cp := filepath.Join(t.TempDir(), "bundle")
+			if err := os.CopyFS(cp, os.DirFS(out)); err != nil {
+				t.Fatal(err)
+			}
+			tc.Apply(t, cp)
+			if got := evidence.VerifyBundle(cp, "").ExitCode(); got != 1 {
+				t.Fatalf("got exit %d, want 1", got)
+			}
+		})
+	}
+}
+
+// TestEvidenceSubset runs a few cases as whoever runs the tests (CI's
+// unprivileged pass too): a subset verifies with exit 2, never as full
+// qualification.
+func TestEvidenceSubset(t *testing.T) {
+	out, res := runSuite(t, "direct-network", "worker-credential-headers", "credential-reflection")
+	for _, c := range res.Report.Cases {
+		if c.Outcome != evidence.OutcomePass {
+			t.Errorf("%s: got %s, want pass: %v", c.Name, c.Outcome, c.Reasons)
+		}
+	}
+	if got := evidence.VerifyBundle(out, res.ManifestSHA256).ExitCode(); got != 2 {
+		t.Fatalf("verify subset: got exit %d, want 2", got)
+	}
+	checkNoSecrets(t, out, res.Credentials)
+}
+
+// checkNoSecrets greps every file of a bundle for private-key material and
+// for the run's synthetic credentials.
+func checkNoSecrets(t *testing.T, out string, creds []string) {
+	t.Helper()
+	if len(creds) == 0 {
+		t.Fatal("no synthetic credentials reported: nothing to grep for")
+	}
+	needles := append([]string{"PRIVATE KEY", "sk-ant-synthetic-", "sk-synthetic-"}, creds...)
+	files := 0
+	err := filepath.WalkDir(out, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		files++
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, n := range needles {
+			if bytes.Contains(b, []byte(n)) {
+				t.Errorf("%s contains %q", p, n)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files < 10 {
+		t.Fatalf("grepped only %d files", files)
+	}
+}
