@@ -273,3 +273,13 @@ type Spec struct {
 	// removes what it creates there on Terminate.
 	StateDir string
 }
+
+// StartError is a process that could not be started. Code is 127 when the
+// command was not found, 126 when it cannot be executed, 125 when moat
+// could not confine it (it never ran unconfined).
+type StartError struct {
+	Code int
+	Msg  string
+}
+
+func (e *StartError) Error() string { return e.Msg }

@@ -1,0 +1,267 @@
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moat-sandbox/moat/audit"
+)
+
+// harness is one scenario's world: a directory with a workspace, a tools
+// directory holding a copy of the moat binary (the in-sandbox probe), an
+// audit directory and a policy.
+type harness struct {
+	bin, backend string
+	dir          string
+	workspace    string
+	tools        string
+	probe        string // tools/moat
+	auditDir     string
+	stateDir     string
+	provider     *fakeProvider
+	cleanup      []func()
+}
+
+const (
+	runTimeout    = 90 * time.Second
+	providerModel = "conformance-model"
+	credEnv       = "MOAT_CONFORMANCE_PROVIDER_KEY"
+	credValue     = "conformance-synthetic-credential"
+)
+
+func newHarness(bin, backend string) (*harness, error) {
+	dir, err := os.MkdirTemp("", "moat-conformance-")
+	if err != nil {
+		return nil, err
+	}
+	os.Chmod(dir, 0o755)
+	h := &harness{bin: bin, backend: backend, dir: dir,
+		workspace: filepath.Join(dir, "workspace"), tools: filepath.Join(dir, "tools"),
+		auditDir: filepath.Join(dir, "audit"), stateDir: filepath.Join(dir, "state")}
+	for _, d := range []string{h.workspace, h.tools} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	// The workload's uid differs by backend and by whether moat runs as
+	// root; a world-writable workspace owned by the uid that the native
+	// backend maps to as root serves them all.
+	os.Chmod(h.workspace, 0o777)
+	if os.Geteuid() == 0 {
+		os.Chown(h.workspace, 65534, 65534)
+	}
+	h.probe = filepath.Join(h.tools, "moat")
+	if err := copyFile(bin, h.probe, 0o755); err != nil {
+		return nil, err
+	}
+	h.provider, err = startProvider()
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+func (h *harness) close() {
+	for i := len(h.cleanup) - 1; i >= 0; i-- {
+		h.cleanup[i]()
+	}
+	h.provider.close()
+	os.RemoveAll(h.dir)
+}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// policyFile writes the scenario's policy and returns its path.
+func (h *harness) policyFile() (string, error) {
+	p := filepath.Join(h.dir, "policy.yaml")
+	// The backend is chosen on the command line (--backend), which
+	// overrides the policy's and never falls back.
+	y := fmt.Sprintf(`version: 1
+filesystem:
+  read_only: [/usr, /bin, /lib, /lib64, %s]
+  read_write: [%s]
+process:
+  env: {PATH: /usr/bin:/bin}
+inference:
+  max_requests: 8
+  providers:
+    - name: conformance
+      api: anthropic-messages
+      base_url: http://127.0.0.1:%d
+      credential_env: %s
+      models: [%s]
+audit:
+  dir: %s
+`, h.tools, h.workspace, h.provider.port, credEnv, providerModel, h.auditDir)
+	return p, os.WriteFile(p, []byte(y), 0o644)
+}
+
+// command prepares a moat command in the harness's environment.
+func (h *harness) command(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, h.bin, args...)
+	cmd.Dir = h.dir
+	cmd.Env = append(os.Environ(), credEnv+"="+credValue, "MOAT_STATE_DIR="+h.stateDir)
+	return cmd
+}
+
+// runOut is what a moat invocation printed.
+type runOut struct {
+	stdout, stderr string
+	code           int
+	runInfo        *runInfo
+}
+
+type runInfo struct {
+	RunID        string `json:"run_id"`
+	Journal      string `json:"journal"`
+	PublicKeyPEM string `json:"public_key_pem"`
+	HostPID      int    `json:"host_pid"`
+	WorkloadPID  int    `json:"workload_pid"`
+	Backend      string `json:"backend"`
+	Properties   struct {
+		RequestAttribution struct {
+			Enforced    bool   `json:"enforced"`
+			Unavailable bool   `json:"unavailable"`
+			Detail      string `json:"detail"`
+		} `json:"request_attribution"`
+	} `json:"properties"`
+}
+
+// probeRun runs the probe with actions in the sandbox via `moat run`.
+func (h *harness) probeRun(ctx context.Context, actions ...string) (*runOut, error) {
+	pol, err := h.policyFile()
+	if err != nil {
+		return nil, err
+	}
+	ri := filepath.Join(h.dir, fmt.Sprintf("run-info-%d.json", time.Now().UnixNano()))
+	ctx, cancel := context.WithTimeout(ctx, runTimeout)
+	defer cancel()
+	args := append([]string{"run", "--backend", h.backend, "--policy", pol, "--run-info", ri, "--", h.probe, probeEntry}, actions...)
+	cmd := h.command(ctx, args...)
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	err = cmd.Run()
+	out := &runOut{stdout: so.String(), stderr: se.String()}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		out.code = ee.ExitCode()
+	} else if err != nil {
+		return nil, err
+	}
+	if b, err := os.ReadFile(ri); err == nil {
+		var info runInfo
+		if json.Unmarshal(b, &info) == nil {
+			out.runInfo = &info
+		}
+	}
+	return out, nil
+}
+
+// result returns the probe's line for an action: ok, or the error text.
+func (o *runOut) result(action string) (ok bool, detail string, found bool) {
+	for _, l := range strings.Split(o.stdout, "\n") {
+		if rest, cut := strings.CutPrefix(l, action+" "); cut {
+			if rest == "ok" || strings.HasPrefix(rest, "ok ") {
+				return true, strings.TrimPrefix(rest, "ok "), true
+			}
+			return false, strings.TrimPrefix(rest, "err "), true
+		}
+	}
+	return false, "", false
+}
+
+// journal reads and verifies the run's journal against the key pinned
+// from run-info.
+func (o *runOut) journal() ([]*audit.Entry, audit.Result, error) {
+	if o.runInfo == nil {
+		return nil, audit.Result{}, fmt.Errorf("no run info")
+	}
+	pub, err := audit.ParsePublicKeyPEM([]byte(o.runInfo.PublicKeyPEM))
+	if err != nil {
+		return nil, audit.Result{}, err
+	}
+	b, err := os.ReadFile(o.runInfo.Journal)
+	if err != nil {
+		return nil, audit.Result{}, err
+	}
+	res := audit.Verify(b, pub)
+	var ents []*audit.Entry
+	for _, l := range bytes.Split(b, []byte("\n")) {
+		if len(l) == 0 {
+			continue
+		}
+		if e, err := audit.VerifyLine(l, pub); err == nil {
+			ents = append(ents, e)
+		}
+	}
+	return ents, res, nil
+}
+
+// fakeProvider is an Anthropic-style provider on the host's loopback.
+type fakeProvider struct {
+	srv  *http.Server
+	port int
+	mu   sync.Mutex
+	reqs []providerRequest
+}
+
+type providerRequest struct {
+	Path      string
+	Auth      string
+	PreEffect string
+}
+
+func startProvider() (*fakeProvider, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &fakeProvider{port: ln.Addr().(*net.TCPAddr).Port}
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
+	go p.srv.Serve(ln)
+	return p, nil
+}
+
+func (p *fakeProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	io.Copy(io.Discard, io.LimitReader(r.Body, 1<<20))
+	p.mu.Lock()
+	p.reqs = append(p.reqs, providerRequest{Path: r.URL.Path, Auth: r.Header.Get("X-Api-Key"), PreEffect: r.Header.Get("Moat-Pre-Effect")})
+	p.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"id":"msg_conformance","type":"message","role":"assistant","model":%q,"content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":3,"output_tokens":1}}`, providerModel)
+}
+
+func (p *fakeProvider) requests() []providerRequest {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]providerRequest(nil), p.reqs...)
+}
+
+func (p *fakeProvider) close() { p.srv.Close() }

@@ -1,0 +1,226 @@
+package conformance
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/internal/reexec"
+)
+
+// Hidden entry points of the moat binary used by the suite.
+const (
+	probeEntry    = "__moat-conf-probe"    // in the sandbox: attempt actions, print one line each
+	euidEntry     = "__moat-conf-euid"     // print the effective uid (run setuid-root)
+	receiverEntry = "__moat-conf-receiver" // in the test host's netns: log what arrives
+)
+
+func init() {
+	reexec.Register(probeEntry, probeMain)
+	reexec.Register(euidEntry, func([]string) int { fmt.Printf("euid=%d\n", os.Geteuid()); return 0 })
+	reexec.Register(receiverEntry, receiverMain)
+}
+
+const probeTimeout = 2 * time.Second
+
+// probeMain: each argument is "kind=arg"; prints "kind=arg ok [detail]" or
+// "kind=arg err <reason>". It claims nothing else.
+func probeMain(actions []string) int {
+	for _, a := range actions {
+		kind, arg, _ := strings.Cut(a, "=")
+		detail, err := probeAction(kind, arg)
+		if err != nil {
+			fmt.Printf("%s err %v\n", a, err)
+		} else if detail != "" {
+			fmt.Printf("%s ok %s\n", a, detail)
+		} else {
+			fmt.Printf("%s ok\n", a)
+		}
+	}
+	return 0
+}
+
+func probeAction(kind, arg string) (string, error) {
+	switch kind {
+	case "read":
+		b, err := os.ReadFile(arg)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%d bytes", len(b)), nil
+	case "write":
+		return "", os.WriteFile(arg, []byte("written by the conformance probe\n"), 0o644)
+	case "tcp":
+		c, err := net.DialTimeout("tcp", arg, probeTimeout)
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		_, err = c.Write([]byte("conformance escape attempt\n"))
+		return "", err
+	case "udp":
+		c, err := net.Dial("udp", arg)
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		_, err = c.Write([]byte("conformance escape attempt"))
+		return "", err
+	case "dns-udp":
+		return dnsUDP(arg)
+	case "infer":
+		return infer()
+	case "unshare-user":
+		return "", unix.Unshare(unix.CLONE_NEWUSER)
+	case "fork":
+		exe, err := os.Executable()
+		if err != nil {
+			return "", err
+		}
+		out, err := exec.Command(exe, euidEntry).Output()
+		return strings.TrimSpace(string(out)), err
+	case "ids":
+		return fmt.Sprintf("uid=%d euid=%d gid=%d egid=%d", os.Getuid(), os.Geteuid(), os.Getgid(), os.Getegid()), nil
+	case "caps":
+		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+		var data [2]unix.CapUserData
+		if err := unix.Capget(&hdr, &data[0]); err != nil {
+			return "", err
+		}
+		eff := uint64(data[1].Effective)<<32 | uint64(data[0].Effective)
+		prm := uint64(data[1].Permitted)<<32 | uint64(data[0].Permitted)
+		inh := uint64(data[1].Inheritable)<<32 | uint64(data[0].Inheritable)
+		amb := 0
+		for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+			if v, _ := unix.PrctlRetInt(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_IS_SET, uintptr(c), 0, 0); v == 1 {
+				amb++
+			}
+		}
+		return fmt.Sprintf("eff=%x prm=%x inh=%x amb=%d", eff, prm, inh, amb), nil
+	case "exec-euid":
+		out, err := exec.Command(arg, euidEntry).CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("%v: %s", err, out)
+		}
+		return strings.TrimSpace(string(out)), nil
+	case "sleep":
+		n, _ := strconv.Atoi(arg)
+		time.Sleep(time.Duration(n) * time.Second)
+		return "", nil
+	}
+	return "", fmt.Errorf("unknown action %q", kind)
+}
+
+// dnsQuery is a minimal DNS query for "moat-conformance.invalid." A.
+var dnsQuery = []byte{0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0,
+	16, 'm', 'o', 'a', 't', '-', 'c', 'o', 'n', 'f', 'o', 'r', 'm', 'a', 'n', 'c', 'e',
+	7, 'i', 'n', 'v', 'a', 'l', 'i', 'd', 0, 0, 1, 0, 1}
+
+func dnsUDP(addr string) (string, error) {
+	c, err := net.Dial("udp", addr)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	if _, err := c.Write(dnsQuery); err != nil {
+		return "", err
+	}
+	c.SetReadDeadline(time.Now().Add(probeTimeout))
+	buf := make([]byte, 512)
+	n, err := c.Read(buf)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("answer of %d bytes", n), nil
+}
+
+// infer makes one allowed request through the broker, configured only by
+// the environment that moat set.
+func infer() (string, error) {
+	base := os.Getenv("ANTHROPIC_BASE_URL")
+	if base == "" {
+		return "", fmt.Errorf("ANTHROPIC_BASE_URL is not set")
+	}
+	body := fmt.Sprintf(`{"model":%q,"max_tokens":16,"messages":[{"role":"user","content":"conformance"}]}`, providerModel)
+	req, err := http.NewRequest("POST", base+"/v1/messages", strings.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("anthropic-version", "2023-06-01")
+	req.Header.Set("x-api-key", os.Getenv("ANTHROPIC_API_KEY"))
+	cl := &http.Client{Timeout: 10 * time.Second}
+	resp, err := cl.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	b.ReadFrom(resp.Body)
+	if resp.StatusCode != 200 {
+		return "", fmt.Errorf("status %d: %s", resp.StatusCode, strings.TrimSpace(b.String()))
+	}
+	return "status 200", nil
+}
+
+// receiverMain: `__moat-conf-receiver LOG tcp:ADDR… udp:ADDR…` listens and
+// appends one line per arrival to LOG; it prints "ready" once listening.
+func receiverMain(args []string) int {
+	if len(args) < 2 {
+		return 125
+	}
+	logf, err := os.OpenFile(args[0], os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 125
+	}
+	event := func(s string) { fmt.Fprintf(logf, "%s\n", s) }
+	for _, a := range args[1:] {
+		proto, addr, _ := strings.Cut(a, ":")
+		switch proto {
+		case "tcp":
+			l, err := net.Listen("tcp", addr)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 125
+			}
+			go func() {
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					event("tcp " + l.Addr().String() + " from " + c.RemoteAddr().String())
+					c.Close()
+				}
+			}()
+		case "udp":
+			pc, err := net.ListenPacket("udp", addr)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 125
+			}
+			go func() {
+				buf := make([]byte, 1024)
+				for {
+					n, from, err := pc.ReadFrom(buf)
+					if err != nil {
+						return
+					}
+					event(fmt.Sprintf("udp %s from %v (%d bytes)", pc.LocalAddr(), from, n))
+					pc.WriteTo(buf[:n], from) // answer, so that a reachable resolver would be seen to answer
+				}
+			}()
+		}
+	}
+	fmt.Println("ready")
+	select {}
+}

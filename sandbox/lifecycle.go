@@ -1,0 +1,331 @@
+package sandbox
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/policy"
+)
+
+// Limits of the control protocol.
+const (
+	maxControlMsg   = 1 << 20
+	createTimeout   = 2 * time.Minute
+	deleteTimeout   = 15 * time.Second
+	supervisorEntry = "__moat-supervisor"
+)
+
+// CreateOptions configure `moat sandbox create`.
+type CreateOptions struct {
+	Name       string
+	PolicyPath string // validated by the caller; the supervisor loads it again
+	Backend    string
+}
+
+// Create starts a per-sandbox supervisor that outlives this process and
+// returns once the sandbox is Ready, or failed with the reason.
+func Create(ctx context.Context, o CreateOptions) (*State, error) {
+	if err := ValidateName(o.Name); err != nil {
+		return nil, &RefusedError{Msg: err.Error()}
+	}
+	pp, err := filepath.Abs(o.PolicyPath)
+	if err != nil {
+		return nil, err
+	}
+	st, err := openStore()
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := st.lock()
+	if err != nil {
+		return nil, err
+	}
+	dir := st.sandboxDir(o.Name)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		unlock()
+		if errors.Is(err, os.ErrExist) {
+			return nil, &RefusedError{Msg: fmt.Sprintf("a sandbox named %q already exists (delete it first: moat sandbox delete %s)", o.Name, o.Name)}
+		}
+		return nil, err
+	}
+	unlock()
+
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, logFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe, supervisorEntry, o.Name, pp, o.Backend, st.dir)
+	cmd.Stdin = nil
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.ExtraFiles = []*os.File{pw}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		pw.Close()
+		pr.Close()
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("starting supervisor: %w", err)
+	}
+	pw.Close()
+	go cmd.Wait() // reap if it exits while we wait; it is detached otherwise
+	type answer struct {
+		line string
+		err  error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		b, err := io.ReadAll(io.LimitReader(pr, 4096))
+		ch <- answer{strings.TrimSpace(string(b)), err}
+	}()
+	var a answer
+	select {
+	case a = <-ch:
+	case <-time.After(createTimeout):
+		a = answer{err: fmt.Errorf("supervisor did not report within %v", createTimeout)}
+	case <-ctx.Done():
+		a = answer{err: ctx.Err()}
+	}
+	pr.Close()
+	state, rerr := st.read(o.Name)
+	if a.err != nil {
+		return state, a.err
+	}
+	if a.line != "ready" {
+		msg := strings.TrimPrefix(a.line, "error: ")
+		if msg == "" {
+			msg = "the supervisor exited without reporting (see " + filepath.Join(dir, logFile) + ")"
+		}
+		return state, &RefusedError{Msg: msg}
+	}
+	return state, rerr
+}
+
+// Get returns a sandbox's state, with live fields from its supervisor. A
+// sandbox whose supervisor is gone is reported in phase Error.
+func Get(name string) (*State, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	st, err := openStore()
+	if err != nil {
+		return nil, err
+	}
+	s, err := st.read(name)
+	if err != nil {
+		return nil, err
+	}
+	switch s.Phase {
+	case boundary.PhaseReady, boundary.PhaseRunning, boundary.PhaseProvisioning, boundary.PhaseConfirming:
+		if s.SupervisorPID != 0 && !s.alive() {
+			s.Phase = boundary.PhaseError
+			s.Error = fmt.Sprintf("the supervisor (pid %d) is gone; its sandbox died with it (moat sandbox delete %s cleans up)", s.SupervisorPID, name)
+			return s, nil
+		}
+	}
+	if s.Phase == boundary.PhaseReady || s.Phase == boundary.PhaseRunning {
+		var live statusReply
+		if err := control(st.sandboxDir(name), controlRequest{Op: "status"}, nil, func(l []byte) bool {
+			json.Unmarshal(l, &live)
+			return false
+		}); err == nil {
+			s.AllowanceUsed, s.Processes = live.AllowanceUsed, live.Processes
+			if len(live.Processes) > 0 {
+				s.Phase = boundary.PhaseRunning
+			}
+		} else {
+			s.Phase = boundary.PhaseError
+			s.Error = fmt.Sprintf("the supervisor does not answer: %v", err)
+		}
+	}
+	return s, nil
+}
+
+// List returns every sandbox's state, sorted by name.
+func List() ([]*State, error) {
+	st, err := openStore()
+	if err != nil {
+		return nil, err
+	}
+	ents, err := os.ReadDir(filepath.Join(st.dir, "sandboxes"))
+	if err != nil {
+		return nil, err
+	}
+	var out []*State
+	for _, e := range ents {
+		if !e.IsDir() || ValidateName(e.Name()) != nil {
+			continue
+		}
+		s, err := Get(e.Name())
+		if err != nil {
+			continue // deleted meanwhile
+		}
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Exec runs argv in the sandbox with the caller's stdio (passed to the
+// supervisor as file descriptors) and returns its exit code.
+func Exec(ctx context.Context, name string, argv []string, tty bool, stdin, stdout, stderr *os.File) (int, error) {
+	if len(argv) == 0 {
+		return ExitRefused, &RefusedError{Msg: "no command given (usage: moat sandbox exec NAME -- CMD [ARG…])"}
+	}
+	s, err := Get(name)
+	if err != nil {
+		return ExitRefused, err
+	}
+	if s.Phase != boundary.PhaseReady && s.Phase != boundary.PhaseRunning {
+		why := s.Error
+		if why == "" {
+			why = "phase " + string(s.Phase)
+		}
+		return ExitRefused, &RefusedError{Msg: fmt.Sprintf("sandbox %s is not ready: %s", name, why)}
+	}
+	st, err := openStore()
+	if err != nil {
+		return ExitRefused, err
+	}
+	code := ExitRefused
+	var failure string
+	err = control(st.sandboxDir(name), controlRequest{Op: "exec", Argv: argv, TTY: tty},
+		[]*os.File{stdin, stdout, stderr}, func(l []byte) bool {
+			var r execReply
+			if json.Unmarshal(l, &r) != nil {
+				return true
+			}
+			if r.Error != "" {
+				failure = r.Error
+				return false
+			}
+			if r.Exited {
+				code = r.Code
+				return false
+			}
+			return true
+		})
+	if err != nil {
+		return ExitRefused, err
+	}
+	if failure != "" {
+		return ExitRefused, &RefusedError{Msg: failure}
+	}
+	return code, nil
+}
+
+// Delete terminates a sandbox's processes, has its supervisor write
+// run.terminated, and removes its state. Deleting an absent sandbox is not
+// an error (found reports whether there was one).
+func Delete(name string) (found bool, err error) {
+	if err := ValidateName(name); err != nil {
+		return false, err
+	}
+	st, err := openStore()
+	if err != nil {
+		return false, err
+	}
+	unlock, err := st.lock()
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	dir := st.sandboxDir(name)
+	s, err := st.read(name)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err == nil && s.alive() {
+		control(dir, controlRequest{Op: "delete"}, nil, func([]byte) bool { return false })
+		deadline := time.Now().Add(deleteTimeout)
+		for s.alive() && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if s.alive() {
+			syscall.Kill(s.SupervisorPID, syscall.SIGKILL)
+			for i := 0; i < 100 && s.alive(); i++ {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}
+	if err == nil && s.Staging != "" && strings.HasPrefix(filepath.Base(s.Staging), "moat-") {
+		os.RemoveAll(s.Staging)
+	}
+	return true, os.RemoveAll(dir)
+}
+
+type controlRequest struct {
+	Op   string   `json:"op"` // status | exec | delete
+	Argv []string `json:"argv,omitempty"`
+	TTY  bool     `json:"tty,omitempty"`
+}
+
+type statusReply struct {
+	AllowanceUsed int            `json:"allowance_used"`
+	Processes     map[string]int `json:"processes"`
+}
+
+type execReply struct {
+	Started string `json:"started,omitempty"`
+	Exited  bool   `json:"exited,omitempty"`
+	Code    int    `json:"code"`
+	Error   string `json:"error,omitempty"`
+}
+
+// control sends one request (with fds) to a supervisor and feeds each reply
+// line to onLine until it returns false or the connection ends.
+func control(dir string, req controlRequest, files []*os.File, onLine func([]byte) bool) error {
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: filepath.Join(dir, controlSock), Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("control socket: %w", err)
+	}
+	defer c.Close()
+	b, _ := json.Marshal(req)
+	b = append(b, '\n')
+	var oob []byte
+	if len(files) > 0 {
+		fds := make([]int, len(files))
+		for i, f := range files {
+			fds[i] = int(f.Fd())
+		}
+		oob = syscall.UnixRights(fds...)
+	}
+	if _, _, err := c.WriteMsgUnix(b, oob, nil); err != nil {
+		return fmt.Errorf("control request: %w", err)
+	}
+	sc := bufio.NewScanner(c)
+	sc.Buffer(make([]byte, 4096), maxControlMsg)
+	for sc.Scan() {
+		if !onLine(sc.Bytes()) {
+			return nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// loadPolicyFile is policy.Load, kept here so that the supervisor and the
+// CLI agree on it.
+func loadPolicyFile(path string) (*policy.Policy, error) { return policy.Load(path) }

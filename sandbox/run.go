@@ -1,0 +1,288 @@
+// Package sandbox runs workloads in a confirmed boundary: it opens the
+// journal, prepares the backend's sandbox, has moat's own measurement
+// confirm it, starts the broker on the sandbox's listener, and only then
+// starts the workload. `moat run` is one such run; the lifecycle commands
+// (create/get/list/exec/delete) keep a sandbox alive between commands.
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/policy"
+)
+
+// Exit codes, as docker run uses them.
+const (
+	ExitRefused    = 125
+	ExitCannotExec = 126
+	ExitNotFound   = 127
+)
+
+// RunOptions configure one `moat run`.
+type RunOptions struct {
+	Policy  *policy.Policy
+	Backend string // overrides Policy.Backend when non-empty
+	Argv    []string
+	// RunInfoPath, when set, receives the run info (JSON), written and
+	// synced once the sandbox is Ready and before the workload starts.
+	RunInfoPath string
+	Stdin       io.Reader
+	Stdout      io.Writer
+	Stderr      io.Writer
+	// Explain, when set, receives the measured properties with their
+	// mechanisms once confirmation is done.
+	Explain io.Writer
+	// Getenv reads moat's own environment (credentials); os.Getenv if nil.
+	Getenv func(string) string
+}
+
+// RefusedError is a refusal by moat itself; the run exits 125.
+type RefusedError struct{ Msg string }
+
+func (e *RefusedError) Error() string { return "refused: " + e.Msg }
+
+// RunInfo is what --run-info holds: how an outside controller pins the
+// journal key and observes the workload without trusting anything inside.
+type RunInfo struct {
+	RunID        string                `json:"run_id"`
+	Journal      string                `json:"journal"`
+	PublicKeyPEM string                `json:"public_key_pem"`
+	KeyID        string                `json:"keyid"`
+	HostPID      int                   `json:"host_pid"`
+	WorkloadPID  int                   `json:"workload_pid,omitempty"`
+	Backend      string                `json:"backend"`
+	Properties   boundary.Properties   `json:"properties"`
+	Limits       boundary.LimitsStatus `json:"limits"`
+	BrokerPort   int                   `json:"broker_port"`
+}
+
+// NewRunID returns a fresh run id: UTC time plus 48 random bits.
+func NewRunID() string {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("BUG: crypto/rand failed: " + err.Error())
+	}
+	return time.Now().UTC().Format("20060102T150405Z") + "-" + hex.EncodeToString(b[:])
+}
+
+// binarySHA256 hashes the running moat binary.
+func binarySHA256() (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	return FileSHA256(exe)
+}
+
+// FileSHA256 returns the hex sha256 of a file's contents.
+func FileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// Run runs one workload and returns its exit code. A non-nil error means
+// moat itself refused or failed (exit 125, or 126/127 when the command
+// cannot be started); it has been journaled when the journal was open.
+func Run(ctx context.Context, o RunOptions) (int, error) {
+	if len(o.Argv) == 0 {
+		return ExitRefused, &RefusedError{Msg: "no command given (usage: moat run [--policy F] -- CMD [ARG…])"}
+	}
+	s, err := Open(ctx, SessionOptions{Policy: o.Policy, Backend: o.Backend, Stderr: o.Stderr, Explain: o.Explain, Getenv: o.Getenv})
+	if err != nil {
+		return ExitRefused, err
+	}
+	code, reason, err := s.runMain(ctx, o)
+	s.Close(code, reason)
+	return code, err
+}
+
+func (s *Session) runMain(ctx context.Context, o RunOptions) (code int, reason string, err error) {
+	id, proc, err := s.Start(ctx, o.Argv, o.Stdin, o.Stdout, o.Stderr, nil)
+	if err != nil {
+		if code := startCode(err); code != ExitRefused {
+			return code, "exec_failed", err
+		}
+		return ExitRefused, "failed", err
+	}
+	if o.RunInfoPath != "" {
+		if err := writeRunInfo(o.RunInfoPath, RunInfo{
+			RunID: s.RunID, Journal: s.w.JournalPath(), PublicKeyPEM: string(s.w.PublicKeyPEM()),
+			KeyID: s.w.KeyID(), HostPID: s.sb.HostPID(), WorkloadPID: proc.HostPID(), Backend: s.Backend,
+			Properties: s.Properties, Limits: s.sb.Limits(), BrokerPort: s.BrokerPort,
+		}); err != nil {
+			proc.Signal(syscall.SIGKILL)
+			proc.Wait()
+			return ExitRefused, "failed", fmt.Errorf("run info: %w", err)
+		}
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	done := make(chan struct{})
+	var werr error
+	go func() { code, werr = proc.Wait(); close(done) }()
+	var fatalMsg string
+loop:
+	for {
+		select {
+		case <-done:
+			break loop
+		case sig := <-sigs:
+			proc.Signal(sig)
+		case fatalMsg = <-s.fatal:
+			// Credential reflection or an audit fault: stop all effects.
+			proc.Signal(syscall.SIGKILL)
+		case <-ctx.Done():
+			proc.Signal(syscall.SIGKILL)
+		}
+	}
+	if werr != nil {
+		return ExitRefused, "failed", fmt.Errorf("waiting for workload: %w", werr)
+	}
+	if err := s.Exited(id, code); err != nil {
+		return ExitRefused, "failed", fmt.Errorf("journal: %w", err)
+	}
+	if fatalMsg == "" {
+		if err := s.Failed(); err != nil {
+			fatalMsg = err.Error()
+		}
+	}
+	if fatalMsg != "" {
+		return ExitRefused, "cancelled", fmt.Errorf("run cancelled: %s", fatalMsg)
+	}
+	return code, "completed", nil
+}
+
+// workloadEnv is the policy's env plus moat's own variables, sorted;
+// nothing is inherited from moat's environment.
+func workloadEnv(pol *policy.Policy, extra []string) []string {
+	m := map[string]string{}
+	for k, v := range pol.Process.Env {
+		m[k] = v
+	}
+	for _, kv := range extra {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	env := make([]string, 0, len(m))
+	for k, v := range m {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	return env
+}
+
+// hostSecrets lists host paths that must be unreadable inside: a sentinel
+// written now outside every grant, plus well-known secrets and the caller's
+// home and working directory when they are not granted.
+func hostSecrets(stateDir string, pol *policy.Policy) ([]string, error) {
+	sentinel := filepath.Join(stateDir, "host-sentinel")
+	if err := os.WriteFile(sentinel, []byte("moat host sentinel\n"), 0o644); err != nil {
+		return nil, err
+	}
+	out := []string{sentinel}
+	cands := []string{"/etc/shadow", "/root"}
+	if h, err := os.UserHomeDir(); err == nil {
+		cands = append(cands, h)
+	}
+	if wd, err := os.Getwd(); err == nil {
+		cands = append(cands, wd)
+	}
+	for _, c := range cands {
+		if _, err := os.Lstat(c); err == nil && !granted(pol, c) {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// granted reports whether p is a grant, inside one, or contains one.
+func granted(pol *policy.Policy, p string) bool {
+	for _, g := range append(append([]string{}, pol.Filesystem.ReadOnly...), pol.Filesystem.ReadWrite...) {
+		if within(p, g) || within(g, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func within(p, dir string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
+func writeRunInfo(path string, ri RunInfo) error {
+	b, err := json.MarshalIndent(ri, "", "  ")
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func explain(w io.Writer, backend string, p boundary.Properties, l boundary.LimitsStatus) {
+	fmt.Fprintf(w, "moat: boundary confirmed by measurement (backend %s)\n", backend)
+	for _, np := range p.Named() {
+		state := "enforced"
+		switch {
+		case np.Unavailable:
+			state = "unavailable"
+		case !np.Enforced:
+			state = "NOT enforced"
+		}
+		fmt.Fprintf(w, "  %-24s %-12s mechanism=%s", np.Name, state, np.Mechanism)
+		if np.Detail != "" {
+			fmt.Fprintf(w, " (%s)", np.Detail)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "  limits: memory=%v pids=%v open_files=%v", l.Memory, l.Pids, l.OpenFiles)
+	if l.Detail != "" {
+		fmt.Fprintf(w, " (%s)", l.Detail)
+	}
+	fmt.Fprintln(w)
+}
+
+// startCode maps a backend's start failure to docker run's exit codes:
+// 127 not found, 126 cannot execute, 125 anything else.
+func startCode(err error) int {
+	var se *boundary.StartError
+	if errors.As(err, &se) && (se.Code == ExitCannotExec || se.Code == ExitNotFound) {
+		return se.Code
+	}
+	return ExitRefused
+}

@@ -1,0 +1,292 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/boundary/measure"
+	"github.com/moat-sandbox/moat/broker"
+	"github.com/moat-sandbox/moat/policy"
+)
+
+// SessionOptions configure a confirmed sandbox with its journal and broker.
+type SessionOptions struct {
+	Policy  *policy.Policy
+	Backend string // overrides Policy.Backend when non-empty
+	Stderr  io.Writer
+	Explain io.Writer
+	Getenv  func(string) string
+	// RunDir, when set, is the run directory (journal, public key);
+	// default <audit.dir>/<run id>.
+	RunDir string
+}
+
+// Session is a confirmed sandbox: journal open, boundary measured and
+// Ready, broker serving on the sandbox's loopback. Processes started with
+// Exec run under the same confinement and are journaled.
+type Session struct {
+	RunID      string
+	Backend    string
+	Properties boundary.Properties
+	BrokerPort int
+
+	pol      *policy.Policy
+	w        *audit.Writer
+	sb       boundary.Sandbox
+	brk      *broker.Broker
+	stateDir string
+	nproc    atomic.Int64
+	fatal    chan string
+
+	mu      sync.Mutex
+	running map[string]boundary.Running // process id → process
+	closed  bool
+}
+
+// Journal returns the session's journal writer.
+func (s *Session) Journal() *audit.Writer { return s.w }
+
+// Sandbox returns the backend's sandbox.
+func (s *Session) Sandbox() boundary.Sandbox { return s.sb }
+
+// Fatal delivers the reason once the broker stopped all effects
+// (credential reflection, audit fault).
+func (s *Session) Fatal() <-chan string { return s.fatal }
+
+// Open opens the journal, prepares the sandbox, confirms it by measurement
+// and starts the broker. On error the journal (if it was opened) holds the
+// refusal and its terminal record, and everything is torn down.
+func Open(ctx context.Context, o SessionOptions) (*Session, error) {
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	stderr := o.Stderr
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	pol := o.Policy
+	backendName := pol.Backend
+	if o.Backend != "" {
+		backendName = o.Backend
+	}
+	be, err := boundary.Lookup(backendName)
+	if err != nil {
+		return nil, &RefusedError{Msg: err.Error()}
+	}
+	runID := NewRunID()
+	runDir := o.RunDir
+	if runDir == "" {
+		if err := os.MkdirAll(pol.Audit.Dir, 0o700); err != nil {
+			return nil, fmt.Errorf("audit dir: %w", err)
+		}
+		runDir = filepath.Join(pol.Audit.Dir, runID)
+	}
+	w, err := audit.Create(runDir, runID)
+	if err != nil {
+		return nil, fmt.Errorf("opening journal: %w", err)
+	}
+	fmt.Fprintf(stderr, "moat: run %s: journal %s (key %s)\n", runID, w.JournalPath(), w.KeyID())
+	s := &Session{RunID: runID, Backend: be.Name(), pol: pol, w: w, fatal: make(chan string, 1),
+		running: map[string]boundary.Running{}}
+	if err := s.open(ctx, be, getenv, o.Explain); err != nil {
+		reason := "failed"
+		if _, ok := err.(*RefusedError); ok {
+			reason = "refused"
+		}
+		s.Close(ExitRefused, reason)
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Session) open(ctx context.Context, be boundary.Backend, getenv func(string) string, explainTo io.Writer) error {
+	pol := s.pol
+	bsum, err := binarySHA256()
+	if err != nil {
+		return fmt.Errorf("hashing moat binary: %w", err)
+	}
+	if _, err := s.w.Append(audit.RunStarted{
+		PolicySHA256: pol.SHA256(), Backend: be.Name(), BinarySHA256: bsum, PublicKey: string(s.w.PublicKeyPEM()),
+	}); err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	s.stateDir, err = os.MkdirTemp("", "moat-"+s.RunID+"-")
+	if err != nil {
+		return err
+	}
+	sb, err := be.Prepare(ctx, boundary.Spec{RunID: s.RunID, Policy: pol, StateDir: s.stateDir})
+	if err != nil {
+		msg := fmt.Sprintf("backend %s could not prepare the sandbox: %v", be.Name(), err)
+		s.confirmFailed(boundary.Properties{}, msg)
+		return &RefusedError{Msg: msg}
+	}
+	s.sb = sb
+	li, err := sb.Listener()
+	if err != nil {
+		msg := fmt.Sprintf("backend %s gave no broker listener: %v", be.Name(), err)
+		s.confirmFailed(boundary.Properties{}, msg)
+		return &RefusedError{Msg: msg}
+	}
+	s.BrokerPort = li.Port
+	secrets, err := hostSecrets(s.stateDir, pol)
+	if err != nil {
+		return err
+	}
+	props, _, err := measure.Confirm(ctx, sb, measure.Config{
+		BrokerPort: li.Port, ReadWrite: pol.Filesystem.ReadWrite, ReadOnly: pol.Filesystem.ReadOnly,
+		HostSecrets: secrets, RequireAttribution: pol.Inference.RequireAttribution,
+	})
+	s.Properties = props
+	if err != nil {
+		msg := fmt.Sprintf("confirmation of backend %s failed: %v", be.Name(), err)
+		s.confirmFailed(props, msg)
+		return &RefusedError{Msg: msg}
+	}
+	if explainTo != nil {
+		explain(explainTo, be.Name(), props, sb.Limits())
+	}
+	if err := boundary.Ready(props, boundary.Requirements{RequireAttribution: pol.Inference.RequireAttribution}); err != nil {
+		s.confirmFailed(props, err.Error())
+		return &RefusedError{Msg: err.Error() + " (the workload was not started)"}
+	}
+	if _, err := s.w.Append(audit.BoundaryConfirmed{Ready: true, Properties: props}); err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	creds := map[string]string{}
+	for _, p := range pol.Inference.Providers {
+		if v := getenv(p.CredentialEnv); v != "" {
+			creds[p.Name] = v
+		}
+	}
+	brk, err := broker.New(broker.Config{
+		Policy: pol, Journal: s.w, Attributor: sb.Attributor(),
+		AttributionUnavailable: sb.Mechanisms().AttributionUnavailable,
+		Credentials:            creds,
+		OnFatal: func(reason string, err error) {
+			select {
+			case s.fatal <- fmt.Sprintf("%s: %v", reason, err):
+			default:
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("broker: %w", err)
+	}
+	ln, err := fileListener(li.File)
+	if err != nil {
+		return fmt.Errorf("broker listener: %w", err)
+	}
+	s.brk = brk
+	go brk.Serve(ln)
+	return nil
+}
+
+func (s *Session) confirmFailed(props boundary.Properties, why string) {
+	s.w.Append(audit.BoundaryConfirmed{Ready: false, Properties: props, Reason: why})
+}
+
+// Env is the workload environment: the policy's env plus the broker's
+// variables. Nothing is inherited from moat's environment.
+func (s *Session) Env() []string {
+	return workloadEnv(s.pol, broker.WorkloadEnv(s.BrokerPort, s.pol))
+}
+
+// Start starts argv in the sandbox and journals process.started. The
+// returned id names the process in the journal.
+func (s *Session) Start(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.Writer, tty *os.File) (string, boundary.Running, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return "", nil, &RefusedError{Msg: "the sandbox is shutting down"}
+	}
+	s.mu.Unlock()
+	if err := s.brokerFailed(); err != nil {
+		return "", nil, &RefusedError{Msg: "the run was cancelled: " + err.Error()}
+	}
+	proc, err := s.sb.Start(ctx, boundary.Process{
+		Argv: argv, Env: s.Env(), Dir: s.pol.Process.Workdir,
+		Stdin: stdin, Stdout: stdout, Stderr: stderr, TTY: tty,
+	})
+	if err != nil {
+		return "", nil, fmt.Errorf("starting %q: %w", argv[0], err)
+	}
+	id := "p" + strconv.FormatInt(s.nproc.Add(1), 10)
+	rec := audit.ProcessStarted{ProcessID: id, Argv: argv, HostPID: proc.HostPID()}
+	if _, err := s.w.Append(rec); err != nil {
+		proc.Signal(syscall.SIGKILL)
+		proc.Wait()
+		return "", nil, fmt.Errorf("journal: %w", err)
+	}
+	s.mu.Lock()
+	s.running[id] = proc
+	s.mu.Unlock()
+	return id, proc, nil
+}
+
+// Exited journals process.exited for a process started with Start.
+func (s *Session) Exited(id string, code int) error {
+	s.mu.Lock()
+	delete(s.running, id)
+	s.mu.Unlock()
+	_, err := s.w.Append(audit.ProcessExited{ProcessID: id, ExitCode: code})
+	return err
+}
+
+// Processes lists the running processes' ids and host pids.
+func (s *Session) Processes() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := map[string]int{}
+	for id, p := range s.running {
+		m[id] = p.HostPID()
+	}
+	return m
+}
+
+func (s *Session) brokerFailed() error {
+	if s.brk == nil {
+		return nil
+	}
+	return s.brk.Failed()
+}
+
+// Failed returns the broker's fatal error, if effects were stopped.
+func (s *Session) Failed() error { return s.brokerFailed() }
+
+// Counts returns the journal's counts so far.
+func (s *Session) Counts() audit.Counts { return s.w.Counts() }
+
+// Close terminates every process, stops the broker, writes run.terminated
+// with reason and code, and releases everything. It is idempotent.
+func (s *Session) Close(code int, reason string) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	s.mu.Unlock()
+	if s.brk != nil {
+		s.brk.Close()
+	}
+	if s.sb != nil {
+		s.sb.Terminate()
+	}
+	if _, err := s.w.Append(audit.RunTerminated{Reason: reason, ExitCode: code, Counts: s.w.Counts()}); err != nil {
+		fmt.Fprintf(os.Stderr, "moat: journal: could not write the terminal record: %v\n", err)
+	}
+	s.w.Close()
+	if s.stateDir != "" {
+		os.RemoveAll(s.stateDir)
+	}
+}

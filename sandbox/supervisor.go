@@ -1,0 +1,266 @@
+package sandbox
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/internal/reexec"
+)
+
+func init() { reexec.Register(supervisorEntry, supervisorMain) }
+
+// supervisorMain is the per-sandbox supervisor: `moat __moat-supervisor
+// NAME POLICY BACKEND STATEDIR`, started detached by Create with a report
+// pipe on fd 3. It owns the namespaces, the broker, the journal and its
+// key, and serves the control socket until the sandbox is deleted.
+func supervisorMain(args []string) int {
+	if len(args) != 4 {
+		fmt.Fprintln(os.Stderr, "moat: supervisor: usage: NAME POLICY BACKEND STATEDIR")
+		return ExitRefused
+	}
+	name, policyPath, backend, storeDir := args[0], args[1], args[2], args[3]
+	report := os.NewFile(3, "report")
+	st := &store{dir: storeDir}
+	dir := st.sandboxDir(name)
+	self := os.Getpid()
+	state := &State{Name: name, Phase: boundary.PhaseProvisioning, Created: time.Now().UTC(),
+		SupervisorPID: self, SupervisorStart: procStart(self)}
+	fail := func(err error) int {
+		state.Phase = boundary.PhaseError
+		state.Error = err.Error()
+		writeState(dir, state)
+		fmt.Fprintf(report, "error: %v\n", err)
+		report.Close()
+		fmt.Fprintf(os.Stderr, "moat: supervisor %s: %v\n", name, err)
+		return ExitRefused
+	}
+	if err := writeState(dir, state); err != nil {
+		return fail(err)
+	}
+	pol, err := loadPolicyFile(policyPath)
+	if err != nil {
+		return fail(fmt.Errorf("policy %s: %w", policyPath, err))
+	}
+	state.PolicySHA256 = pol.SHA256()
+	state.Backend = pol.Backend
+	if backend != "" {
+		state.Backend = backend
+	}
+	state.AllowanceMax = pol.Inference.MaxRequests
+	state.Phase = boundary.PhaseConfirming
+	writeState(dir, state)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sess, err := Open(ctx, SessionOptions{Policy: pol, Backend: backend, Stderr: os.Stderr})
+	if err != nil {
+		return fail(err)
+	}
+	state.RunID = sess.RunID
+	state.Backend = sess.Backend
+	state.Properties = sess.Properties
+	state.Journal = sess.w.JournalPath()
+	state.PublicKey = filepath.Join(filepath.Dir(sess.w.JournalPath()), "pubkey.pem")
+	state.KeyID = sess.w.KeyID()
+	state.HostPID = sess.sb.HostPID()
+	state.BrokerPort = sess.BrokerPort
+	state.Staging = sess.stateDir
+
+	sockPath := filepath.Join(dir, controlSock)
+	os.Remove(sockPath)
+	old := syscall.Umask(0o177)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sockPath, Net: "unix"})
+	syscall.Umask(old)
+	if err != nil {
+		sess.Close(ExitRefused, "failed")
+		return fail(fmt.Errorf("control socket: %w", err))
+	}
+	state.Phase = boundary.PhaseReady
+	if err := writeState(dir, state); err != nil {
+		sess.Close(ExitRefused, "failed")
+		return fail(err)
+	}
+	fmt.Fprintln(report, "ready")
+	report.Close()
+
+	sv := &supervisor{sess: sess, ln: ln, done: make(chan string, 1)}
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	go sv.serve(ctx)
+	reason := "deleted"
+	select {
+	case reason = <-sv.done:
+	case <-sigs:
+		reason = "terminated"
+	case f := <-sess.Fatal():
+		reason = "cancelled"
+		fmt.Fprintf(os.Stderr, "moat: supervisor %s: run cancelled: %s\n", name, f)
+	}
+	ln.Close()
+	state.Phase = boundary.PhaseDeleting
+	writeState(dir, state)
+	code := 0
+	if reason == "cancelled" {
+		code = ExitRefused
+	}
+	sess.Close(code, reason)
+	sv.wg.Wait()
+	state.Phase = boundary.PhaseCompleted
+	writeState(dir, state)
+	sv.ackDelete()
+	return 0
+}
+
+type supervisor struct {
+	sess *Session
+	ln   *net.UnixListener
+	done chan string
+	wg   sync.WaitGroup
+
+	mu        sync.Mutex
+	deleteAck []*net.UnixConn
+}
+
+func (sv *supervisor) serve(ctx context.Context) {
+	for {
+		c, err := sv.ln.AcceptUnix()
+		if err != nil {
+			return
+		}
+		if !sameUser(c) {
+			c.Close()
+			continue
+		}
+		sv.wg.Add(1)
+		go func() {
+			defer sv.wg.Done()
+			sv.handle(ctx, c)
+		}()
+	}
+}
+
+// sameUser checks the peer's credentials: only the owning user (or root)
+// may control a sandbox. The socket's 0600 mode and 0700 directory say the
+// same; this is the second check.
+func sameUser(c *net.UnixConn) bool {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var cred *syscall.Ucred
+	raw.Control(func(fd uintptr) {
+		cred, _ = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	})
+	return cred != nil && (int(cred.Uid) == os.Geteuid() || cred.Uid == 0)
+}
+
+func (sv *supervisor) handle(ctx context.Context, c *net.UnixConn) {
+	keep := false
+	defer func() {
+		if !keep {
+			c.Close()
+		}
+	}()
+	buf := make([]byte, maxControlMsg)
+	oob := make([]byte, syscall.CmsgSpace(3*4))
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return
+	}
+	c.SetReadDeadline(time.Time{})
+	var files []*os.File
+	if oobn > 0 {
+		if msgs, err := syscall.ParseSocketControlMessage(oob[:oobn]); err == nil {
+			for _, m := range msgs {
+				if fds, err := syscall.ParseUnixRights(&m); err == nil {
+					for _, fd := range fds {
+						files = append(files, os.NewFile(uintptr(fd), "client"))
+					}
+				}
+			}
+		}
+	}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	var req controlRequest
+	if err := json.Unmarshal(buf[:n], &req); err != nil {
+		reply(c, execReply{Error: "bad control request: " + err.Error()})
+		return
+	}
+	switch req.Op {
+	case "status":
+		reply(c, statusReply{AllowanceUsed: sv.sess.Counts().Requested, Processes: sv.sess.Processes()})
+	case "delete":
+		sv.mu.Lock()
+		sv.deleteAck = append(sv.deleteAck, c)
+		sv.mu.Unlock()
+		keep = true
+		select {
+		case sv.done <- "deleted":
+		default:
+		}
+	case "exec":
+		if len(files) != 3 {
+			reply(c, execReply{Error: "exec needs the client's stdin, stdout and stderr"})
+			return
+		}
+		var tty *os.File
+		if req.TTY {
+			tty = files[0]
+		}
+		id, proc, err := sv.sess.Start(ctx, req.Argv, files[0], files[1], files[2], tty)
+		if err != nil {
+			reply(c, execReply{Error: err.Error()})
+			return
+		}
+		reply(c, execReply{Started: id})
+		// The client going away kills the process.
+		gone := make(chan struct{})
+		go func() {
+			r := bufio.NewReader(c)
+			r.ReadByte()
+			close(gone)
+		}()
+		done := make(chan struct{})
+		var code int
+		go func() { code, _ = proc.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-gone:
+			proc.Signal(syscall.SIGKILL)
+			<-done
+		}
+		sv.sess.Exited(id, code)
+		reply(c, execReply{Exited: true, Code: code})
+	default:
+		reply(c, execReply{Error: fmt.Sprintf("unknown control op %q", req.Op)})
+	}
+}
+
+func (sv *supervisor) ackDelete() {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	for _, c := range sv.deleteAck {
+		reply(c, execReply{Exited: true})
+		c.Close()
+	}
+}
+
+func reply(c net.Conn, v any) {
+	b, _ := json.Marshal(v)
+	c.Write(append(b, '\n'))
+}
