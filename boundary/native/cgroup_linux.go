@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -86,15 +87,28 @@ func ownCgroup(ctrl string) string {
 		return "/"
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(f)
+	return parseCgroupPath(f, ctrl)
+}
+
+// maxProcCgroupBytes bounds what is read of /proc/self/cgroup.
+const maxProcCgroupBytes = 64 << 10
+
+// parseCgroupPath finds ctrl's path in /proc/<pid>/cgroup content
+// ("id:controllers:path" lines). Only clean absolute paths are accepted;
+// anything else is "/".
+func parseCgroupPath(r io.Reader, ctrl string) string {
+	sc := bufio.NewScanner(io.LimitReader(r, maxProcCgroupBytes))
 	for sc.Scan() {
 		parts := strings.SplitN(sc.Text(), ":", 3)
 		if len(parts) != 3 {
 			continue
 		}
 		for _, c := range strings.Split(parts[1], ",") {
-			if c == ctrl {
-				return parts[2]
+			if c == ctrl && ctrl != "" {
+				if p := parts[2]; filepath.IsAbs(p) && filepath.Clean(p) == p {
+					return p
+				}
+				return "/"
 			}
 		}
 	}

@@ -47,6 +47,9 @@ func runAction(action string, args []string) int {
 		}
 		return 0
 	case "exit":
+		if len(args) == 0 {
+			return 0
+		}
 		n, _ := strconv.Atoi(args[0])
 		return n
 	case "doublefork":
@@ -256,7 +259,7 @@ type fixture struct {
 	pol    *policy.Policy
 }
 
-func needSandbox(t *testing.T) {
+func needSandbox(t testing.TB) {
 	t.Helper()
 	testenv.Need(t, LandlockABI() >= 1, "Landlock is not available")
 	testenv.Need(t, usernsWorks(), "unprivileged user namespaces are not available")
@@ -272,7 +275,7 @@ func usernsWorks() bool {
 	return c.Run() == nil
 }
 
-func mkdir755(t *testing.T, pattern string) string {
+func mkdir755(t testing.TB, pattern string) string {
 	t.Helper()
 	d, err := os.MkdirTemp("", pattern)
 	if err != nil {
@@ -285,7 +288,7 @@ func mkdir755(t *testing.T, pattern string) string {
 	return d
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	needSandbox(t)
 	f := &fixture{binDir: mkdir755(t, "moat-native-bin-"), ws: mkdir755(t, "moat-native-ws-"), outer: mkdir755(t, "moat-native-outer-")}

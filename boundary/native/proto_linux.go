@@ -1,6 +1,7 @@
 package native
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -113,12 +114,33 @@ func (c *ctlConn) recv() (ctlMsg, []*os.File, error) {
 		closeFiles(files)
 		return ctlMsg{}, nil, fmt.Errorf("control message exceeds %d bytes", maxControlMsg)
 	}
-	var m ctlMsg
-	if err := json.Unmarshal(buf[:n], &m); err != nil {
+	m, err := decodeCtl(buf[:n])
+	if err != nil {
 		closeFiles(files)
-		return ctlMsg{}, nil, fmt.Errorf("control message: %w", err)
+		return ctlMsg{}, nil, err
 	}
 	return m, files, nil
+}
+
+// decodeCtl parses one control message: a single JSON object with known
+// fields only, within maxControlMsg.
+func decodeCtl(b []byte) (ctlMsg, error) {
+	if len(b) > maxControlMsg {
+		return ctlMsg{}, fmt.Errorf("control message exceeds %d bytes", maxControlMsg)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var m ctlMsg
+	if err := dec.Decode(&m); err != nil {
+		return ctlMsg{}, fmt.Errorf("control message: %w", err)
+	}
+	if dec.More() {
+		return ctlMsg{}, errors.New("control message: trailing data")
+	}
+	if m.Op == "" {
+		return ctlMsg{}, errors.New("control message without op")
+	}
+	return m, nil
 }
 
 var errClosed = errors.New("control channel closed")

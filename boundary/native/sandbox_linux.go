@@ -358,15 +358,27 @@ func pidOfPidfd(f *os.File) int {
 		return 0
 	}
 	defer fi.Close()
-	sc := bufio.NewScanner(fi)
+	return parseFdinfoPid(fi)
+}
+
+// parseFdinfoPid reads the "Pid:" line of a pidfd's fdinfo; 0 when absent
+// or malformed (the kernel writes -1 for a process that is gone).
+func parseFdinfoPid(r io.Reader) int {
+	sc := bufio.NewScanner(io.LimitReader(r, maxFdinfoBytes))
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), "Pid:"); ok {
-			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil || n < 0 {
+				return 0
+			}
 			return n
 		}
 	}
 	return 0
 }
+
+// maxFdinfoBytes bounds what is read of an fdinfo file.
+const maxFdinfoBytes = 4096
 
 // Listener returns the broker's listening socket, made inside the
 // sandbox's network namespace. The caller owns the returned File.
