@@ -588,3 +588,55 @@ func TestSize(t *testing.T) {
 		})
 	}
 }
+
+// TestUnsearchableDirectory: a directory moat cannot search is skipped,
+// because the workload (no more privileged than moat) cannot reach into it
+// either; the same directory made searchable is walked and its socket
+// found. As root every directory is searchable.
+func TestUnsearchableDirectory(t *testing.T) {
+	f := newFixture(t)
+	locked := filepath.Join(f.ws, "locked")
+	if err := os.Mkdir(locked, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("unix", filepath.Join(locked, "s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	y := "filesystem: {read_write: [workspace]}\n"
+	if _, perr := f.parse(t, y); perr == nil || !perr.Has(CodeSocket, "filesystem.read_write[0]") {
+		t.Fatalf("control: searchable directory with a socket: got %v, want a socket problem", perr)
+	}
+	if err := os.Chmod(locked, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chmod(locked, 0o755)
+	_, perr := f.parse(t, y)
+	if os.Geteuid() == 0 {
+		if perr == nil || !perr.Has(CodeSocket, "filesystem.read_write[0]") {
+			t.Errorf("as root, mode 000 directory: got %v, want the socket found", perr)
+		}
+	} else if perr != nil {
+		t.Errorf("unsearchable directory: got %v, want it skipped", perr)
+	}
+}
+
+func TestWalkDepth(t *testing.T) {
+	f := newFixture(t)
+	p := f.ws
+	for i := 0; i < MaxWalkDepth+2; i++ {
+		p = filepath.Join(p, "d")
+	}
+	if err := os.MkdirAll(p, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	budget := MaxWalkEntries
+	if _, err := findSocket(f.ws, &budget); !errors.Is(err, errWalkBudget) {
+		t.Errorf("tree deeper than %d: got %v, want errWalkBudget", MaxWalkDepth, err)
+	}
+	budget = MaxWalkEntries
+	if s, err := findSocket(filepath.Join(f.ws, "d", "d", "d"), &budget); s != "" || err != nil {
+		t.Errorf("control: a shallower subtree got %q %v, want no socket, no error", s, err)
+	}
+}

@@ -3,7 +3,6 @@ package policy
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"path/filepath"
 	"slices"
 )
@@ -159,35 +158,6 @@ func forbidden(path, real string) string {
 }
 
 var errWalkBudget = errors.New("too many entries")
-
-// findSocket returns the first Unix socket at or under root (not following
-// symlinks), examining at most *budget entries.
-func findSocket(root string, budget *int) (string, error) {
-	var found string
-	err := filepath.WalkDir(root, func(path string, de fs.DirEntry, err error) error {
-		if err != nil {
-			// A directory moat cannot search is one the workload, which
-			// has no more rights than moat, cannot reach into either.
-			if errors.Is(err, fs.ErrPermission) && de != nil && de.IsDir() && !searchable(path) {
-				return filepath.SkipDir
-			}
-			return fmt.Errorf("%s: %s", path, errText(err))
-		}
-		*budget--
-		if *budget < 0 {
-			return errWalkBudget
-		}
-		if de.Type()&fs.ModeSocket != 0 {
-			found = path
-			return filepath.SkipAll
-		}
-		return nil
-	})
-	if found != "" {
-		return found, nil
-	}
-	return "", err
-}
 
 // realPrefix resolves symlinks in the longest existing prefix of p and
 // appends the rest, so that a path that does not exist yet (the audit
