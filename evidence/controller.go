@@ -75,6 +75,9 @@ type suite struct {
 	probe   string // the probe copy the sandbox may read
 	creds   map[string]string
 	openssl string
+	// agentHelper, when set, makes the workload "<probe copy> agentHelper …"
+	// (moat demo runs its own binary's hidden agent helper).
+	agentHelper string
 }
 
 // Run runs the suite and writes the bundle. A non-nil error is a harness

@@ -173,3 +173,27 @@ func checkNoSecrets(t *testing.T, out string, creds []string) {
 		t.Fatalf("grepped only %d files", files)
 	}
 }
+
+// TestDemo runs `moat demo`'s engine with the test binary as moat: the
+// agent (the binary's hidden helper) does useful work, its escapes fail,
+// and the journal verifies.
+func TestDemo(t *testing.T) {
+	moat, _ := bins(t)
+	var out bytes.Buffer
+	ok, err := evidence.Demo(context.Background(), evidence.DemoOptions{Out: filepath.Join(t.TempDir(), "demo"), Binary: moat, Stdout: &out})
+	t.Logf("demo output:\n%s", out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		t.Fatal("demo did not pass")
+	}
+	for _, want := range []string{`answered: "ok hello"`, `answered: "ok bye"`, "journal: complete", "0 delivery(ies) from the sandbox", "Outcome: pass"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+	if strings.Contains(out.String(), "answered: \"ok\"") {
+		t.Error("an escape was answered by the provider")
+	}
+}

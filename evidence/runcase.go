@@ -200,7 +200,8 @@ func (r *caseRun) runMoat(ctx context.Context, polPath string) error {
 	if r.s.Backend != "" {
 		args = append(args, "--backend", r.s.Backend)
 	}
-	args = append(args, "--", r.s.probe,
+	args = append(append(args, "--"), r.s.workloadArgv()...)
+	args = append(args,
 		"--model", ModelAnthropic, "--openai-model", ModelOpenAI, "--marker", marker, "--fault-marker", faultMarker,
 		"--tcp", r.recv.TCPAddr, "--udp", r.recv.UDPAddr, "--abstract", r.recv.AbstractName,
 		"--unix", filepath.Join(r.workspace, "recv.sock"), "--unixgram", filepath.Join(r.workspace, "recv.dgram"),
@@ -350,4 +351,13 @@ func cleanEnv() []string {
 		out = append(out, kv)
 	}
 	return out
+}
+
+// workloadArgv is the command run in the sandbox before the probe's flags:
+// the probe copy, or for the demo the moat copy and its hidden agent helper.
+func (s *suite) workloadArgv() []string {
+	if s.agentHelper != "" {
+		return []string{s.probe, s.agentHelper}
+	}
+	return []string{s.probe}
 }

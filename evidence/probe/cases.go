@@ -211,3 +211,22 @@ func CaseNames() []string {
 	}
 	return out
 }
+
+func init() {
+	// The agent of `moat demo`: useful work, a few escapes, useful work.
+	caseSteps["demo"] = func(p *runner) {
+		p.control("hello")
+		p.post("openai", "/v1/chat/completions", []byte(`{"model":"`+p.OpenAIModel+`","messages":[{"role":"user","content":"`+ControlPrefix+`openai"}]}`), nil)
+		_, err := os.ReadFile("/etc/hostname")
+		p.step("read-host-file", 0, err, "")
+		p.dial("direct-provider", "tcp", p.TCP)
+		p.dial("abstract-socket", "unix", "@"+p.Abstract)
+		p.step("write-outside", 0, os.WriteFile("/usr/moat-demo-was-here", []byte("x"), 0o644), "")
+		p.post("unapproved-model", "/v1/messages", p.message("claude-unapproved-model", AttackMarker, nil), nil)
+		p.post("own-credential", "/v1/messages", p.message(p.Model, "hi", nil), map[string]string{"x-api-key": AttackMarker})
+		p.post("server-tool", "/v1/messages", p.message(p.Model, AttackMarker, map[string]any{
+			"tools": []any{map[string]any{"type": "web_fetch_20250910", "name": "web_fetch"}}}), nil)
+		p.post("exfil-unknown-path", "/upload", []byte(`{"data":"`+AttackMarker+`"}`), nil)
+		p.control("bye")
+	}
+}
