@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -201,6 +202,15 @@ func doOp(spec string) string {
 			unix.PtraceDetach(pid)
 		}
 		return res("", err)
+	case "tty":
+		_, err0 := unix.IoctlGetTermios(0, unix.TCGETS)
+		_, err1 := unix.IoctlGetTermios(1, unix.TCGETS)
+		sid, _ := unix.Getsid(0)
+		pgrp, err := unix.IoctlGetInt(0, unix.TIOCGPGRP)
+		if err0 == nil && err1 == nil && err == nil && pgrp == sid {
+			return res("controlling", nil)
+		}
+		return res("", fmt.Errorf("termios %v %v pgrp %d sid %d %v", err0, err1, pgrp, sid, err))
 	case "kill":
 		pid, _ := strconv.Atoi(arg)
 		return res("", syscall.Kill(pid, 0))
@@ -265,7 +275,10 @@ func needSandbox(t testing.TB) {
 	testenv.Need(t, usernsWorks(), "unprivileged user namespaces are not available")
 }
 
-func usernsWorks() bool {
+// usernsWorks is decided once, before any Prepare: a supervisor is not
+// dumpable afterwards, and a rootless non-dumpable process cannot write a
+// child's id maps (Prepare handles that for its own children).
+var usernsWorks = sync.OnceValue(func() bool {
 	c := exec.Command("/proc/self/exe")
 	c.Env = []string{actionEnv + "=exit"}
 	c.Args = []string{"x", "0"}
@@ -273,7 +286,7 @@ func usernsWorks() bool {
 		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}},
 		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}}
 	return c.Run() == nil
-}
+})
 
 func mkdir755(t testing.TB, pattern string) string {
 	t.Helper()

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/policy"
@@ -669,5 +671,53 @@ func TestRootIdmappedGrant(t *testing.T) {
 	// and a host-uid 65534 process could not have written there.
 	if fi, _ := os.Stat(f.ws); fi.Sys().(*syscall.Stat_t).Uid != 0 {
 		t.Errorf("the grant's owner changed on the host")
+	}
+}
+
+func TestTTY(t *testing.T) {
+	f := newFixture(t)
+	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	testenv.Need(t, err == nil, "no /dev/ptmx")
+	defer master.Close()
+	if err := unix.IoctlSetPointerInt(int(master.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetInt(int(master.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slave, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slave.Close()
+	sb := f.prepare(t)
+	p, err := sb.Start(context.Background(), boundary.Process{Argv: []string{f.bin, "tty"}, Env: []string{actionEnv + "=ops"}, TTY: slave})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 1)
+	go func() {
+		b := make([]byte, 4096)
+		var acc []byte
+		for !bytes.Contains(acc, []byte("\n")) {
+			n, err := master.Read(b)
+			if err != nil {
+				break
+			}
+			acc = append(acc, b[:n]...)
+		}
+		got <- string(acc)
+	}()
+	if code, _ := p.Wait(); code != 0 {
+		t.Fatalf("tty workload exited %d", code)
+	}
+	select {
+	case s := <-got:
+		if !strings.Contains(s, "tty ok controlling") {
+			t.Errorf("tty workload: got %q, want the terminal as its controlling tty", s)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("no output on the terminal")
 	}
 }
