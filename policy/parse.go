@@ -265,6 +265,10 @@ func (d *decoder) providers(n *yaml.Node, path string) []Provider {
 	items := d.seq(n, path, MaxProviders)
 	out := []Provider{}
 	names := map[string]int{}
+	// served maps api + "\x00" + model to the provider index that serves it:
+	// the broker routes a model to the first provider of its API that lists
+	// it, so a second one listing it would never be used.
+	served := map[string]int{}
 	for i, item := range items {
 		ip := fmt.Sprintf("%s[%d]", path, i)
 		f := d.mapping(item, ip, "name", "api", "base_url", "credential_env", "models", "ca_file")
@@ -315,6 +319,15 @@ func (d *decoder) providers(n *yaml.Node, path string) []Provider {
 		}
 		if n := f["models"]; n != nil {
 			pv.Models = d.models(n, ip+".models")
+			for j, m := range pv.Models {
+				k := pv.API + "\x00" + m
+				if first, dup := served[k]; dup && pv.API != "" {
+					d.add(n.Content[d.modelIndex(n, m, j)], CodeDuplicate, fmt.Sprintf("%s.models[%d]", ip, d.modelIndex(n, m, j)),
+						"model %q is already served by %s[%d] (same api %s); requests for it would never reach this provider", m, path, first, pv.API)
+				} else {
+					served[k] = i
+				}
+			}
 		} else if item.Kind == yaml.MappingNode {
 			d.add(item, CodeMissing, ip+".models", "missing; list the models this provider may serve")
 		}
@@ -331,6 +344,17 @@ func (d *decoder) providers(n *yaml.Node, path string) []Provider {
 		out = append(out, pv)
 	}
 	return out
+}
+
+// modelIndex returns the index in the list node n of the item whose value
+// is m (models drops bad items, so indices may shift); guess if not found.
+func (d *decoder) modelIndex(n *yaml.Node, m string, guess int) int {
+	for i, c := range n.Content {
+		if c.Value == m {
+			return i
+		}
+	}
+	return guess
 }
 
 func (d *decoder) models(n *yaml.Node, path string) []string {

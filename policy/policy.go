@@ -56,6 +56,9 @@ type Landlock struct {
 
 // Filesystem lists the host paths the sandbox may see.
 type Filesystem struct {
+	// ReadOnly and ReadWrite are host paths, mounted at the same path
+	// inside. Each must exist, must not be /, /proc, /sys or /dev (or lie
+	// under them), and must not be or hold a Unix socket.
 	ReadOnly  []string `yaml:"read_only" json:"read_only"`
 	ReadWrite []string `yaml:"read_write" json:"read_write"`
 	// TmpSize is the size of the private tmpfs at /tmp, in bytes.
@@ -69,11 +72,16 @@ type Process struct {
 	// HostUID and HostGID are the host ids the workload runs as when moat
 	// runs as root. 0 means "decide at run time" (see ResolveHostIDs);
 	// an explicit 0 in a file is refused.
-	HostUID int               `yaml:"host_uid,omitempty" json:"host_uid"`
-	HostGID int               `yaml:"host_gid,omitempty" json:"host_gid"`
-	Env     map[string]string `yaml:"env" json:"env"`
-	Workdir string            `yaml:"workdir" json:"workdir"`
-	Limits  Limits            `yaml:"limits" json:"limits"`
+	HostUID int `yaml:"host_uid,omitempty" json:"host_uid"`
+	HostGID int `yaml:"host_gid,omitempty" json:"host_gid"`
+	// Env is the workload's whole environment (plus moat's own broker
+	// variables). Absent: PATH=/usr/local/bin:/usr/bin:/bin and HOME=/tmp.
+	// Present: exactly what is written ({} for none).
+	Env map[string]string `yaml:"env" json:"env"`
+	// Workdir is the working directory: /tmp or a directory inside a
+	// grant. Default: the first read_write grant, else /tmp.
+	Workdir string `yaml:"workdir" json:"workdir"`
+	Limits  Limits `yaml:"limits" json:"limits"`
 }
 
 // Limits are resource limits for the whole sandbox.
@@ -103,6 +111,8 @@ type Provider struct {
 
 // Audit configures where journals go.
 type Audit struct {
+	// Dir holds one directory per run. It must not be, lie inside or
+	// contain any grant. Default: .moat/runs under the current directory.
 	Dir string `yaml:"dir" json:"dir"`
 }
 

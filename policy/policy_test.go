@@ -130,8 +130,8 @@ inference:
 				t.Errorf("got providers %+v", p.Inference.Providers)
 			}
 		}},
-		{"gvisor backend and workdir under /tmp", "backend: gvisor\nprocess: {workdir: /tmp/w}\nlandlock: {abi_floor: 8}\n", func(t *testing.T, p *Policy) {
-			if p.Backend != "gvisor" || p.Process.Workdir != "/tmp/w" || p.Landlock.ABIFloor != 8 {
+		{"gvisor backend and workdir /tmp", "backend: gvisor\nfilesystem: {read_write: [workspace]}\nprocess: {workdir: /tmp}\nlandlock: {abi_floor: 8}\n", func(t *testing.T, p *Policy) {
+			if p.Backend != "gvisor" || p.Process.Workdir != "/tmp" || p.Landlock.ABIFloor != 8 {
 				t.Errorf("got backend %q workdir %q abi_floor %d", p.Backend, p.Process.Workdir, p.Landlock.ABIFloor)
 			}
 		}},
@@ -153,6 +153,9 @@ type want struct{ code, path string }
 func TestParseErrors(t *testing.T) {
 	f := newFixture(t)
 	outside := t.TempDir()
+	if err := os.WriteFile(filepath.Join(f.ws, "f"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Symlink(outside, filepath.Join(f.dir, "link")); err != nil {
 		t.Fatal(err)
 	}
@@ -218,6 +221,7 @@ func TestParseErrors(t *testing.T) {
 		{"audit equals grant", "filesystem: {read_write: [workspace]}\naudit: {dir: ./workspace}\n", []want{{CodeAuditInside, "audit.dir"}}},
 		{"audit contains grant", "filesystem: {read_only: [data]}\naudit: {dir: .}\n", []want{{CodeAuditInside, "audit.dir"}}},
 		{"audit inside read-only grant", "filesystem: {read_only: [data]}\naudit: {dir: data/x/y}\n", []want{{CodeAuditInside, "audit.dir"}}},
+		{"workdir in the private tmpfs", "process: {workdir: /tmp/sub}\n", []want{{CodeBadPath, "process.workdir"}}},
 		{"workdir outside grants", "filesystem: {read_write: [workspace]}\nprocess: {workdir: /usr}\n", []want{{CodeBadPath, "process.workdir"}}},
 		{"env bad name", "process: {env: {\"A=B\": x}}\n", []want{{CodeBadValue, "process.env.A=B"}}},
 		{"env number value", "process: {env: {N: 1}}\n", []want{{CodeWrongType, "process.env.N"}}},
@@ -237,6 +241,9 @@ func TestParseErrors(t *testing.T) {
 		{"credential_env empty", prov(`name: a, api: openai-chat, base_url: "https://x.example", credential_env: "", models: [m]`), []want{{CodeBadValue, "inference.providers[0].credential_env"}}},
 		{"duplicate provider names", "inference:\n  providers:\n    - {" + okProv + "}\n    - {" + okProv + "}\n", []want{{CodeDuplicate, "inference.providers[1].name"}}},
 		{"provider unknown key", prov(okProv + ", api_key: sk-x"), []want{{CodeUnknownKey, "inference.providers[0].api_key"}}},
+		{"model served twice for one api", "inference:\n  providers:\n    - {" + okProv + "}\n    - {name: b, api: openai-chat, base_url: \"https://y.example\", credential_env: K, models: [n, m]}\n", []want{{CodeDuplicate, "inference.providers[1].models[1]"}}},
+		{"workdir is a file", "filesystem: {read_write: [workspace/f]}\n", []want{{CodeBadPath, "process.workdir"}}},
+		{"workdir missing inside a grant", "filesystem: {read_write: [workspace]}\nprocess: {workdir: workspace/none}\n", []want{{CodeNotFound, "process.workdir"}}},
 		{"ca_file missing", prov(okProv + ", ca_file: ./ca.pem"), []want{{CodeNotFound, "inference.providers[0].ca_file"}}},
 	}
 	for _, tt := range tests {

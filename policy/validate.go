@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 )
@@ -59,18 +60,19 @@ func (d *decoder) validate(p *Policy) {
 		}
 	}
 
+	// The workdir must exist inside the sandbox: /tmp itself (the private
+	// tmpfs starts empty) or a directory inside a grant.
 	wd := p.Process.Workdir
-	if !within(wd, "/tmp") {
-		ok := false
-		for _, g := range grants {
-			if within(wd, g.path) {
-				ok = true
-				break
-			}
+	inGrant := slices.ContainsFunc(grants, func(g grant) bool { return within(wd, g.path) })
+	switch {
+	case inGrant:
+		if st, err := os.Stat(wd); err != nil {
+			d.add(d.nodes["process.workdir"], CodeNotFound, "process.workdir", "workdir %s: %s", wd, errText(err))
+		} else if !st.IsDir() {
+			d.add(d.nodes["process.workdir"], CodeBadPath, "process.workdir", "workdir %s is not a directory", wd)
 		}
-		if !ok {
-			d.add(d.nodes["process.workdir"], CodeBadPath, "process.workdir", "workdir %s is not inside a grant or /tmp; it would not exist inside the sandbox", wd)
-		}
+	case wd != "/tmp":
+		d.add(d.nodes["process.workdir"], CodeBadPath, "process.workdir", "workdir %s is neither inside a grant nor /tmp; it would not exist inside the sandbox", wd)
 	}
 }
 
