@@ -260,7 +260,9 @@ func (in *initState) start(m ctlMsg, files []*os.File) {
 			AmbientCaps: []uintptr{unix.CAP_SETPCAP, unix.CAP_SYS_RESOURCE},
 			Setsid:      true,
 			Setctty:     m.TTY,
-			Pdeathsig:   unix.SIGKILL,
+			// No Pdeathsig: it would fire when the Go thread that forked
+			// the stage exits; the PID namespace already ends every
+			// process when the init exits.
 		},
 	}
 	in.mu.Lock()

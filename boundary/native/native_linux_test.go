@@ -368,7 +368,7 @@ func TestExitCodes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := sb.Start(context.Background(), boundary.Process{Argv: tc.argv, Env: []string{"PATH=/usr/bin:/bin"}})
-			var se *StartError
+			var se *boundary.StartError
 			if !errors.As(err, &se) || se.Code != tc.want {
 				t.Fatalf("Start(%v): got %v, want a StartError with code %d", tc.argv, err, tc.want)
 			}

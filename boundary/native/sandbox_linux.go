@@ -93,7 +93,7 @@ func (sb *sandbox) readCtl() {
 			}
 			if m.Op == "failed" {
 				closeFiles(files)
-				p.started <- &StartError{Code: m.Code, Msg: m.Err}
+				p.started <- &boundary.StartError{Code: m.Code, Msg: m.Err}
 				continue
 			}
 			if len(files) != 1 {
@@ -142,16 +142,6 @@ func (sb *sandbox) channelGone(err error) {
 		p.exit <- exitResult{code: 128 + int(unix.SIGKILL), err: err}
 	}
 }
-
-// StartError is a process that could not be started. Code is 127 when
-// the command was not found, 126 when it cannot be executed, 125 when moat
-// failed to confine it (it never ran unconfined).
-type StartError struct {
-	Code int
-	Msg  string
-}
-
-func (e *StartError) Error() string { return e.Msg }
 
 // Start runs p under the sandbox's full confinement.
 func (sb *sandbox) Start(ctx context.Context, p boundary.Process) (boundary.Running, error) {
