@@ -45,6 +45,18 @@
 //     treat it; a null required field is refused.
 //   - Numbers are canonical RFC 8785 numbers (see strictjson); output limits
 //     must be integers in that form.
+//   - Only these endpoints are admitted; message batches, files, stored
+//     responses and every other path are refused (wrong_endpoint).
+//
+// What this package does not see: HTTP headers. Features that a provider
+// enables by header alone (e.g. Anthropic's anthropic-beta) are the
+// broker's header allowlist to decide.
+//
+// Why a hand-written schema language (schema.go) rather than a JSON Schema
+// validator: it is about 350 lines, adds no dependency, denies by default
+// (JSON Schema's additionalProperties defaults to allow), and gives every
+// refusal a stable code and the JSON path of the offending value, which a
+// model needs in order to fix its request.
 package wire
 
 import (

@@ -1,4 +1,4 @@
-package wire
+package sdktest
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
 
+	"github.com/moat-sandbox/moat/broker/wire"
 	"github.com/moat-sandbox/moat/internal/strictjson"
 )
 
@@ -106,12 +107,12 @@ func sdkBodies(t *testing.T) map[string][]captured {
 		ToolChoice: anthropic.ToolChoiceUnionParam{OfAuto: &anthropic.ToolChoiceAutoParam{}},
 	}
 	ac.Messages.New(ctx, ap)
-	out[APIAnthropicMessages] = append(out[APIAnthropicMessages], rec.last(t))
+	out[wire.APIAnthropicMessages] = append(out[wire.APIAnthropicMessages], rec.last(t))
 	st := ac.Messages.NewStreaming(ctx, ap)
 	for st.Next() {
 	}
 	st.Close()
-	out[APIAnthropicMessages] = append(out[APIAnthropicMessages], rec.last(t))
+	out[wire.APIAnthropicMessages] = append(out[wire.APIAnthropicMessages], rec.last(t))
 	ac.Messages.CountTokens(ctx, anthropic.MessageCountTokensParams{
 		Model:    "claude-sonnet-4-5",
 		Messages: ap.Messages,
@@ -120,7 +121,7 @@ func sdkBodies(t *testing.T) map[string][]captured {
 			InputSchema: anthropic.ToolInputSchemaParam{Properties: weatherSchema["properties"]},
 		}}},
 	})
-	out[APIAnthropicMessages] = append(out[APIAnthropicMessages], rec.last(t))
+	out[wire.APIAnthropicMessages] = append(out[wire.APIAnthropicMessages], rec.last(t))
 
 	// openai-go chat completions: a function tool, a tool call round, once
 	// plain and once streaming with stream_options.
@@ -147,13 +148,13 @@ func sdkBodies(t *testing.T) map[string][]captured {
 		Temperature:         openai.Float(0.2),
 	}
 	oc.Chat.Completions.New(ctx, cp)
-	out[APIOpenAIChat] = append(out[APIOpenAIChat], rec.last(t))
+	out[wire.APIOpenAIChat] = append(out[wire.APIOpenAIChat], rec.last(t))
 	cp.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
 	cs := oc.Chat.Completions.NewStreaming(ctx, cp)
 	for cs.Next() {
 	}
 	cs.Close()
-	out[APIOpenAIChat] = append(out[APIOpenAIChat], rec.last(t))
+	out[wire.APIOpenAIChat] = append(out[wire.APIOpenAIChat], rec.last(t))
 
 	// openai-go responses: instructions, input items (message, function
 	// call, function call output), a function tool; plain and streaming.
@@ -175,26 +176,26 @@ func sdkBodies(t *testing.T) map[string][]captured {
 		MaxOutputTokens: openai.Int(1024),
 	}
 	oc.Responses.New(ctx, rp)
-	out[APIOpenAIResponses] = append(out[APIOpenAIResponses], rec.last(t))
+	out[wire.APIOpenAIResponses] = append(out[wire.APIOpenAIResponses], rec.last(t))
 	rs := oc.Responses.NewStreaming(ctx, rp)
 	for rs.Next() {
 	}
 	rs.Close()
-	out[APIOpenAIResponses] = append(out[APIOpenAIResponses], rec.last(t))
+	out[wire.APIOpenAIResponses] = append(out[wire.APIOpenAIResponses], rec.last(t))
 	return out
 }
 
-var sdkLimits = Limits{Models: []string{"claude-sonnet-4-5", "gpt-4.1"}, MaxOutputTokens: 4096}
+var sdkLimits = wire.Limits{Models: []string{"claude-sonnet-4-5", "gpt-4.1"}, MaxOutputTokens: 4096}
 
 func TestSDKRequestsAdmitted(t *testing.T) {
 	for api, reqs := range sdkBodies(t) {
 		for i, c := range reqs {
-			req, ref := Admit(api, c.path, c.body, sdkLimits)
+			req, ref := wire.Admit(api, c.path, c.body, sdkLimits)
 			if ref != nil {
 				t.Errorf("%s #%d %s: refused %s: %s\nbody: %s", api, i, c.path, ref.Code, ref.Message, c.body)
 				continue
 			}
-			again, ref := Admit(api, c.path, req.Canonical, sdkLimits)
+			again, ref := wire.Admit(api, c.path, req.Canonical, sdkLimits)
 			if ref != nil || string(again.Canonical) != string(req.Canonical) {
 				t.Errorf("%s #%d: canonical form not stable: %v", api, i, ref)
 			}
@@ -216,70 +217,70 @@ func TestSDKMutationsRefused(t *testing.T) {
 		code   string
 		mutate func(m obj)
 	}{
-		{"unknown field", APIAnthropicMessages, "unknown_field", func(m obj) { m["beta_flag"] = true }},
-		{"unknown nested field", APIAnthropicMessages, "unknown_field", func(m obj) {
+		{"unknown field", wire.APIAnthropicMessages, "unknown_field", func(m obj) { m["beta_flag"] = true }},
+		{"unknown nested field", wire.APIAnthropicMessages, "unknown_field", func(m obj) {
 			msgs(m, "tools")[0].(obj)["input_examples"] = []any{}
 		}},
-		{"model", APIAnthropicMessages, "model_not_allowed", func(m obj) { m["model"] = "claude-opus-4-1" }},
-		{"max_tokens", APIAnthropicMessages, "max_tokens_exceeded", func(m obj) { m["max_tokens"] = 64000 }},
-		{"URL image in tool_result", APIAnthropicMessages, "url_source", func(m obj) {
+		{"model", wire.APIAnthropicMessages, "model_not_allowed", func(m obj) { m["model"] = "claude-opus-4-1" }},
+		{"max_tokens", wire.APIAnthropicMessages, "max_tokens_exceeded", func(m obj) { m["max_tokens"] = 64000 }},
+		{"URL image in tool_result", wire.APIAnthropicMessages, "url_source", func(m obj) {
 			tr := msgs(m, "messages")[2].(obj)["content"].([]any)[0].(obj)
 			tr["content"] = append(tr["content"].([]any), obj{"type": "image", "source": obj{"type": "url", "url": "https://example.com/x.png"}})
 		}},
-		{"URL document", APIAnthropicMessages, "url_source", func(m obj) {
+		{"URL document", wire.APIAnthropicMessages, "url_source", func(m obj) {
 			u := msgs(m, "messages")[0].(obj)
 			u["content"] = append(u["content"].([]any), obj{"type": "document", "source": obj{"type": "url", "url": "https://example.com/x.pdf"}})
 		}},
-		{"server tool", APIAnthropicMessages, "server_tool", func(m obj) {
+		{"server tool", wire.APIAnthropicMessages, "server_tool", func(m obj) {
 			m["tools"] = append(msgs(m, "tools"), obj{"type": "web_search_20250305", "name": "web_search", "max_uses": 5})
 		}},
-		{"mcp servers", APIAnthropicMessages, "mcp_server", func(m obj) {
+		{"mcp servers", wire.APIAnthropicMessages, "mcp_server", func(m obj) {
 			m["mcp_servers"] = []any{obj{"type": "url", "url": "https://mcp.example.com/sse", "name": "x"}}
 		}},
-		{"context management", APIAnthropicMessages, "context_management", func(m obj) { m["context_management"] = obj{"edits": []any{}} }},
-		{"container", APIAnthropicMessages, "server_state", func(m obj) { m["container"] = "container_1" }},
+		{"context management", wire.APIAnthropicMessages, "context_management", func(m obj) { m["context_management"] = obj{"edits": []any{}} }},
+		{"container", wire.APIAnthropicMessages, "server_state", func(m obj) { m["container"] = "container_1" }},
 
-		{"unknown field", APIOpenAIChat, "unknown_field", func(m obj) { m["extra_body"] = obj{} }},
-		{"model", APIOpenAIChat, "model_not_allowed", func(m obj) { m["model"] = "o3" }},
-		{"max_completion_tokens", APIOpenAIChat, "max_tokens_exceeded", func(m obj) { m["max_completion_tokens"] = 100000 }},
-		{"image URL", APIOpenAIChat, "url_source", func(m obj) {
+		{"unknown field", wire.APIOpenAIChat, "unknown_field", func(m obj) { m["extra_body"] = obj{} }},
+		{"model", wire.APIOpenAIChat, "model_not_allowed", func(m obj) { m["model"] = "o3" }},
+		{"max_completion_tokens", wire.APIOpenAIChat, "max_tokens_exceeded", func(m obj) { m["max_completion_tokens"] = 100000 }},
+		{"image URL", wire.APIOpenAIChat, "url_source", func(m obj) {
 			msgs(m, "messages")[1].(obj)["content"] = []any{obj{"type": "image_url", "image_url": obj{"url": "https://example.com/x.png"}}}
 		}},
-		{"file id", APIOpenAIChat, "file_reference", func(m obj) {
+		{"file id", wire.APIOpenAIChat, "file_reference", func(m obj) {
 			msgs(m, "messages")[1].(obj)["content"] = []any{obj{"type": "file", "file": obj{"file_id": "file-abc"}}}
 		}},
-		{"web search", APIOpenAIChat, "server_tool", func(m obj) { m["web_search_options"] = obj{"search_context_size": "low"} }},
-		{"store", APIOpenAIChat, "server_state", func(m obj) { m["store"] = true }},
+		{"web search", wire.APIOpenAIChat, "server_tool", func(m obj) { m["web_search_options"] = obj{"search_context_size": "low"} }},
+		{"store", wire.APIOpenAIChat, "server_state", func(m obj) { m["store"] = true }},
 
-		{"unknown field", APIOpenAIResponses, "unknown_field", func(m obj) { msgs(m, "input")[1].(obj)["secret"] = "x" }},
-		{"model", APIOpenAIResponses, "model_not_allowed", func(m obj) { m["model"] = "gpt-5-pro" }},
-		{"max_output_tokens", APIOpenAIResponses, "max_tokens_exceeded", func(m obj) { m["max_output_tokens"] = 5000 }},
-		{"input_image URL in tool output", APIOpenAIResponses, "url_source", func(m obj) {
+		{"unknown field", wire.APIOpenAIResponses, "unknown_field", func(m obj) { msgs(m, "input")[1].(obj)["secret"] = "x" }},
+		{"model", wire.APIOpenAIResponses, "model_not_allowed", func(m obj) { m["model"] = "gpt-5-pro" }},
+		{"max_output_tokens", wire.APIOpenAIResponses, "max_tokens_exceeded", func(m obj) { m["max_output_tokens"] = 5000 }},
+		{"input_image URL in tool output", wire.APIOpenAIResponses, "url_source", func(m obj) {
 			msgs(m, "input")[2].(obj)["output"] = []any{obj{"type": "input_image", "image_url": "https://example.com/x.png"}}
 		}},
-		{"input_file URL", APIOpenAIResponses, "url_source", func(m obj) {
+		{"input_file URL", wire.APIOpenAIResponses, "url_source", func(m obj) {
 			msgs(m, "input")[0].(obj)["content"] = []any{obj{"type": "input_file", "file_url": "https://example.com/x.pdf"}}
 		}},
-		{"input_file id", APIOpenAIResponses, "file_reference", func(m obj) {
+		{"input_file id", wire.APIOpenAIResponses, "file_reference", func(m obj) {
 			msgs(m, "input")[0].(obj)["content"] = []any{obj{"type": "input_file", "file_id": "file-abc"}}
 		}},
-		{"web search tool", APIOpenAIResponses, "server_tool", func(m obj) { m["tools"] = append(msgs(m, "tools"), obj{"type": "web_search"}) }},
-		{"code interpreter", APIOpenAIResponses, "server_tool", func(m obj) {
+		{"web search tool", wire.APIOpenAIResponses, "server_tool", func(m obj) { m["tools"] = append(msgs(m, "tools"), obj{"type": "web_search"}) }},
+		{"code interpreter", wire.APIOpenAIResponses, "server_tool", func(m obj) {
 			m["tools"] = append(msgs(m, "tools"), obj{"type": "code_interpreter", "container": obj{"type": "auto"}})
 		}},
-		{"mcp", APIOpenAIResponses, "mcp_server", func(m obj) {
+		{"mcp", wire.APIOpenAIResponses, "mcp_server", func(m obj) {
 			m["tools"] = append(msgs(m, "tools"), obj{"type": "mcp", "server_label": "x", "server_url": "https://mcp.example.com"})
 		}},
-		{"previous_response_id", APIOpenAIResponses, "server_state", func(m obj) { m["previous_response_id"] = "resp_1" }},
-		{"conversation", APIOpenAIResponses, "server_state", func(m obj) { m["conversation"] = obj{"id": "conv_1"} }},
-		{"store", APIOpenAIResponses, "server_state", func(m obj) { m["store"] = true }},
-		{"background", APIOpenAIResponses, "server_state", func(m obj) { m["background"] = true }},
-		{"prompt", APIOpenAIResponses, "server_state", func(m obj) { m["prompt"] = obj{"id": "pmpt_1"} }},
-		{"item reference", APIOpenAIResponses, "server_state", func(m obj) {
+		{"previous_response_id", wire.APIOpenAIResponses, "server_state", func(m obj) { m["previous_response_id"] = "resp_1" }},
+		{"conversation", wire.APIOpenAIResponses, "server_state", func(m obj) { m["conversation"] = obj{"id": "conv_1"} }},
+		{"store", wire.APIOpenAIResponses, "server_state", func(m obj) { m["store"] = true }},
+		{"background", wire.APIOpenAIResponses, "server_state", func(m obj) { m["background"] = true }},
+		{"prompt", wire.APIOpenAIResponses, "server_state", func(m obj) { m["prompt"] = obj{"id": "pmpt_1"} }},
+		{"item reference", wire.APIOpenAIResponses, "server_state", func(m obj) {
 			m["input"] = append(msgs(m, "input"), obj{"type": "item_reference", "id": "msg_1"})
 		}},
-		{"truncation auto", APIOpenAIResponses, "context_management", func(m obj) { m["truncation"] = "auto" }},
-		{"compaction item", APIOpenAIResponses, "server_compaction", func(m obj) {
+		{"truncation auto", wire.APIOpenAIResponses, "context_management", func(m obj) { m["truncation"] = "auto" }},
+		{"compaction item", wire.APIOpenAIResponses, "server_compaction", func(m obj) {
 			m["input"] = append(msgs(m, "input"), obj{"type": "compaction", "encrypted_content": "x"})
 		}},
 	}
@@ -295,7 +296,7 @@ func TestSDKMutationsRefused(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			req, ref := Admit(tt.api, c.path, body, sdkLimits)
+			req, ref := wire.Admit(tt.api, c.path, body, sdkLimits)
 			if ref == nil {
 				t.Fatalf("admitted %s, want %s", req.Canonical, tt.code)
 			}
