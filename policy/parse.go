@@ -65,6 +65,20 @@ func Parse(data []byte, baseDir string) (*Policy, error) {
 	return p, nil
 }
 
+// The keys of each mapping, in the order the documentation lists them.
+// TestSchemaMatchesDecoder keeps them, the struct tags and schema.json in
+// step.
+var (
+	topKeys        = []string{"version", "backend", "landlock", "filesystem", "process", "inference", "audit"}
+	landlockKeys   = []string{"abi_floor"}
+	filesystemKeys = []string{"read_only", "read_write", "tmp_size"}
+	processKeys    = []string{"uid", "gid", "host_uid", "host_gid", "env", "workdir", "limits"}
+	limitsKeys     = []string{"memory", "pids", "open_files"}
+	inferenceKeys  = []string{"max_requests", "require_attribution", "max_output_tokens", "providers"}
+	providerKeys   = []string{"name", "api", "base_url", "credential_env", "models", "ca_file"}
+	auditKeys      = []string{"dir"}
+)
+
 // decoder walks the YAML node tree against the schema, filling a Policy
 // that starts from the defaults and collecting problems.
 type decoder struct {
@@ -121,7 +135,7 @@ func (d *decoder) decode(data []byte) *Policy {
 	if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
 		return p // a document holding only comments
 	}
-	fields := d.mapping(root, "", "version", "backend", "landlock", "filesystem", "process", "inference", "audit")
+	fields := d.mapping(root, "", topKeys...)
 	if n := fields["version"]; n != nil {
 		if v, ok := d.int(n, "version"); ok && v != 1 {
 			d.add(n, CodeBadValue, "version", "version %d is not supported; this moat reads version 1", v)
@@ -136,7 +150,7 @@ func (d *decoder) decode(data []byte) *Policy {
 		}
 	}
 	if n := fields["landlock"]; n != nil {
-		f := d.mapping(n, "landlock", "abi_floor")
+		f := d.mapping(n, "landlock", landlockKeys...)
 		if n := f["abi_floor"]; n != nil {
 			if v, ok := d.int(n, "landlock.abi_floor"); ok {
 				if v < MinABIFloor || v > MaxABIFloor {
@@ -156,7 +170,7 @@ func (d *decoder) decode(data []byte) *Policy {
 		d.inference(n, &p.Inference)
 	}
 	if n := fields["audit"]; n != nil {
-		f := d.mapping(n, "audit", "dir")
+		f := d.mapping(n, "audit", auditKeys...)
 		if n := f["dir"]; n != nil {
 			if s, ok := d.path(n, "audit.dir"); ok {
 				p.Audit.Dir = s
@@ -170,7 +184,7 @@ func (d *decoder) decode(data []byte) *Policy {
 func yamlMsg(err error) string { return strings.TrimPrefix(err.Error(), "yaml: ") }
 
 func (d *decoder) filesystem(n *yaml.Node, fs *Filesystem) {
-	f := d.mapping(n, "filesystem", "read_only", "read_write", "tmp_size")
+	f := d.mapping(n, "filesystem", filesystemKeys...)
 	if n := f["read_only"]; n != nil {
 		fs.ReadOnly = d.paths(n, "filesystem.read_only")
 	}
@@ -185,7 +199,7 @@ func (d *decoder) filesystem(n *yaml.Node, fs *Filesystem) {
 }
 
 func (d *decoder) process(n *yaml.Node, pr *Process) {
-	f := d.mapping(n, "process", "uid", "gid", "host_uid", "host_gid", "env", "workdir", "limits")
+	f := d.mapping(n, "process", processKeys...)
 	for _, k := range []struct {
 		key string
 		dst *int
@@ -220,7 +234,7 @@ func (d *decoder) process(n *yaml.Node, pr *Process) {
 		}
 	}
 	if n := f["limits"]; n != nil {
-		lf := d.mapping(n, "process.limits", "memory", "pids", "open_files")
+		lf := d.mapping(n, "process.limits", limitsKeys...)
 		if n := lf["memory"]; n != nil {
 			if v, ok := d.size(n, "process.limits.memory", MinMemory); ok {
 				pr.Limits.Memory = v
@@ -240,7 +254,7 @@ func (d *decoder) process(n *yaml.Node, pr *Process) {
 }
 
 func (d *decoder) inference(n *yaml.Node, inf *Inference) {
-	f := d.mapping(n, "inference", "max_requests", "require_attribution", "max_output_tokens", "providers")
+	f := d.mapping(n, "inference", inferenceKeys...)
 	if n := f["max_requests"]; n != nil {
 		if v, ok := d.limit(n, "inference.max_requests", 0, MaxRequestsLimit); ok {
 			inf.MaxRequests = v
@@ -271,7 +285,7 @@ func (d *decoder) providers(n *yaml.Node, path string) []Provider {
 	served := map[string]int{}
 	for i, item := range items {
 		ip := fmt.Sprintf("%s[%d]", path, i)
-		f := d.mapping(item, ip, "name", "api", "base_url", "credential_env", "models", "ca_file")
+		f := d.mapping(item, ip, providerKeys...)
 		var pv Provider
 		if n := f["name"]; n != nil {
 			if s, ok := d.str(n, ip+".name"); ok {

@@ -16,10 +16,29 @@ func init() { addCommand(newPolicyCmd) }
 func newPolicyCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "policy",
-		Short: "Work with policy files",
+		Short: "Check policy files and print their schema",
+		Example: `  moat policy check examples/minimal.yaml
+  moat policy schema`,
 	}
-	cmd.AddCommand(newPolicyCheckCmd())
+	cmd.AddCommand(newPolicyCheckCmd(), newPolicySchemaCmd())
 	return cmd
+}
+
+func newPolicySchemaCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "schema",
+		Short: "Print the JSON Schema of policy files",
+		Long: `Print the JSON Schema (draft 2020-12) of moat policy files, for editors and
+linters. It covers keys, types and ranges; only "moat policy check" makes
+the checks that need the file system (grants exist and hold no Unix socket,
+the audit directory lies outside every grant).`,
+		Example: `  moat policy schema > moat-policy.schema.json`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			_, err := cmd.OutOrStdout().Write(policy.Schema())
+			return err
+		},
+	}
 }
 
 // policyCheckResult is what `moat policy check -o json` prints.

@@ -95,3 +95,17 @@ func TestPolicyCheck(t *testing.T) {
 		}
 	})
 }
+
+func TestPolicySchemaCmd(t *testing.T) {
+	root := NewRoot()
+	var so bytes.Buffer
+	root.SetOut(&so)
+	root.SetArgs([]string{"policy", "schema"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	var v map[string]any
+	if err := json.Unmarshal(so.Bytes(), &v); err != nil || v["title"] == nil {
+		t.Errorf("got %v, %v; want the schema", v, err)
+	}
+}
