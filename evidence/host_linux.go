@@ -17,6 +17,9 @@ import (
 // gone and the staging removed after moat exits.
 const cleanupWait = 3 * time.Second
 
+// geteuid is os.Geteuid; tests replace it to take the unprivileged path.
+var geteuid = os.Geteuid
+
 // FaultTmpfsSize is the size of the audit-storage-fault case's tmpfs.
 const FaultTmpfsSize = 1 << 20
 
@@ -124,7 +127,7 @@ func stagingLeft(runID string) bool {
 type faultStorage struct{ dir string }
 
 func mountFaultStorage(dir string) (*faultStorage, error) {
-	if os.Geteuid() != 0 {
+	if geteuid() != 0 {
 		return nil, errors.New("audit-storage-fault needs root to mount a tmpfs that it can fill; run the suite as root (CI does)")
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
