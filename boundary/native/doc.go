@@ -74,7 +74,26 @@
 // or kernel cannot idmap, and for a read_write grant owned by any other
 // uid than host_uid, Prepare refuses and says to chown the grant.
 //
+// # Signals and exits
+//
+// The init sends each started process's pidfd to the supervisor, which
+// signals through it (never a recycled pid) and reads its host pid from
+// fdinfo. The init reaps and reports exit codes (128+signal when killed).
+//
+// # Dumpability
+//
+// Prepare makes the supervisor process non-dumpable (it holds the
+// listener and, in moat run, the journal key). A non-dumpable process's
+// /proc/<child>/uid_map belongs to root, so a rootless supervisor could not
+// write a new child's id maps: the fork of the init runs with dumpable set
+// for that moment only, under a mutex. Other code in the same process that
+// starts children with UidMappings after a Prepare must do the same.
+//
 // # Known limits
+//
+// Landlock gives no read_dir on / (a rule there would cover every path
+// beneath it), so listing / inside the sandbox fails while every granted
+// path can be listed.
 //
 // Landlock rules follow paths, not mounts: a grant mounted below /tmp is
 // also covered by the /tmp rule (every right), so for such a grant only

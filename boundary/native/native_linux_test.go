@@ -29,7 +29,7 @@ import (
 func TestIdentityAndPrivilege(t *testing.T) {
 	f := newFixture(t)
 	sb := f.prepare(t)
-	res := f.ops(t, sb, "id", "status", "rlimit", "unshare-user", "read:/proc/sys/user/max_user_namespaces")
+	res := f.ops(t, sb, "id", "status", "rlimit", "clone-user", "read:/proc/sys/user/max_user_namespaces")
 	wantPrefix(t, res, "id", "ok 1000:1000")
 	for _, kv := range []string{"NoNewPrivs=1", "CapInh=0000000000000000", "CapPrm=0000000000000000",
 		"CapEff=0000000000000000", "CapBnd=0000000000000000", "CapAmb=0000000000000000", "Seccomp=2"} {
@@ -38,7 +38,7 @@ func TestIdentityAndPrivilege(t *testing.T) {
 		}
 	}
 	wantPrefix(t, res, "rlimit", "ok core=0 nofile=256")
-	wantPrefix(t, res, "unshare-user", "err E")
+	wantPrefix(t, res, "clone-user", "err EPERM")
 	wantPrefix(t, res, "read:/proc/sys/user/max_user_namespaces", "ok 0")
 
 	// Privilege and kernel-surface syscalls fail; a plain socket works.
@@ -719,5 +719,30 @@ func TestTTY(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Error("no output on the terminal")
+	}
+}
+
+// TestWallsWithoutSeccomp runs without the seccomp filter: the user
+// namespace cap alone still stops a new user namespace (ENOSPC, not the
+// filter's EPERM), and the syscalls that only the filter stops now succeed,
+// which shows that the filter is what stops them in TestIdentityAndPrivilege.
+func TestWallsWithoutSeccomp(t *testing.T) {
+	f := newFixture(t)
+	testNoSeccomp = true
+	sb := f.prepare(t)
+	testNoSeccomp = false
+	res := f.ops(t, sb, "status", "clone-user", "keyctl", "socket:inet")
+	if !strings.Contains(res["status"], "Seccomp=0") {
+		t.Fatalf("status without the filter: got %q, want Seccomp=0", res["status"])
+	}
+	wantPrefix(t, res, "clone-user", "err ENOSPC")
+	// add_key with NULL arguments reaches the kernel's argument checks
+	// (EFAULT/EINVAL) instead of the filter's EPERM.
+	if strings.Contains(res["keyctl"], "EPERM") {
+		t.Errorf("keyctl without the filter: got %q, want an error other than EPERM", res["keyctl"])
+	}
+	wantPrefix(t, res, "socket:inet", "ok")
+	if !strings.Contains(res["status"], "CapEff=0000000000000000") || !strings.Contains(res["status"], "NoNewPrivs=1") {
+		t.Errorf("status without the filter: got %q, want no capabilities and no_new_privs", res["status"])
 	}
 }
