@@ -55,8 +55,12 @@ func (d *decoder) validate(p *Policy) {
 	for _, g := range grants {
 		gReal := realPrefix(g.path)
 		if overlaps(audit, g.path) || overlaps(auditReal, gReal) {
+			hint := "set audit.dir to a directory outside every grant"
+			if d.nodes["audit.dir"] == nil {
+				hint = "audit.dir defaults to " + DefaultAuditDir + " under the current directory: run moat from elsewhere or " + hint
+			}
 			d.add(d.nodes["audit.dir"], CodeAuditInside, "audit.dir",
-				"audit directory %s overlaps the grant %s (%s); the workload could read or change its own journal: move it outside every grant", audit, g.key, g.path)
+				"audit directory %s overlaps the grant %s (%s); the workload could read or change its own journal: %s", audit, g.key, g.path, hint)
 		}
 	}
 
