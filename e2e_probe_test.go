@@ -123,6 +123,12 @@ func probeAction(kind, arg string) error {
 			unix.PtraceDetach(p.Pid)
 		}
 		return err
+	case "sdk-anthropic", "sdk-anthropic-stream", "sdk-openai-chat", "sdk-openai-responses":
+		out, err := sdkCall(kind, arg)
+		if err == nil {
+			fmt.Printf("answer %s=%s %q\n", kind, arg, out)
+		}
+		return err
 	case "socket":
 		// arg: family,type,proto
 		f := strings.Split(arg, ",")
