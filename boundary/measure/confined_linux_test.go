@@ -52,6 +52,12 @@ func confineAndMeasure(args []string) int {
 		fmt.Fprintln(os.Stderr, "confine: landlock:", err)
 		return 125
 	}
+	// Like any sandbox, pass on nothing but stdio (this process may have
+	// inherited fds from whoever ran the tests).
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		fmt.Fprintln(os.Stderr, "confine: close_range:", err)
+		return 125
+	}
 	exe := "/proc/self/exe"
 	err := unix.Exec(exe, []string{exe, HelperName, args[3]}, os.Environ())
 	fmt.Fprintln(os.Stderr, "confine: exec:", err)

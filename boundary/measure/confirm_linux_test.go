@@ -115,6 +115,13 @@ func TestConfirmUnconfined(t *testing.T) {
 	cfg.ExtraTCPPorts = []int{tcpRecv.Addr().(*net.TCPAddr).Port}
 	cfg.ExtraUDPPorts = []int{udpRecv.LocalAddr().(*net.UDPAddr).Port}
 
+	leak, err := os.Open(h.dir) // a host directory fd, handed to the helper
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leak.Close()
+	sb.leak = leak
+
 	props, rep, err := Confirm(context.Background(), sb, cfg)
 	if err != nil {
 		t.Fatalf("Confirm: %v", err)
@@ -157,6 +164,10 @@ func TestConfirmUnconfined(t *testing.T) {
 	}
 	wantCheck(t, rep, "fs/write-ro:"+h.ro, OutcomeSucceeded, false)
 	wantCheck(t, rep, "fs/write-rw:"+h.rw, OutcomeSucceeded, true)
+	wantCheck(t, rep, "fs/"+opInheritedFDs, OutcomeSucceeded, false)
+	if c := checkByName(t, rep, "fs/"+opInheritedFDs); !strings.Contains(c.Detail, "fd 3: "+h.dir) {
+		t.Errorf("inherited fd detail %q does not name fd 3 and %s", c.Detail, h.dir)
+	}
 	wantCheck(t, rep, "fs/read-ro:"+h.ro, OutcomeSucceeded, true)
 
 	// Egress: the host receivers were reached and saw it.

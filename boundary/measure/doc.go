@@ -49,8 +49,10 @@
 // sentinel that Confirm plants in the host's /tmp; a new file cannot be
 // created in the parent of each grant (unless that lies in a read-write
 // grant or in /tmp, the sandbox's own tmpfs) nor in "/"; a read-only grant
-// cannot be written. Controls: each read-write grant and /tmp take a new
-// file (created and removed), each read-only grant can be read.
+// cannot be written; the helper inherited no fd beyond stdio (an fd
+// without FD_CLOEXEC at its start, e.g. a host directory, would reach past
+// every wall). Controls: each read-write grant and /tmp take a new file
+// (created and removed), each read-only grant can be read.
 //
 // egress_interception: TCP to loopback ports other than the broker's (a
 // fixed list, the broker's neighbours and Config.ExtraTCPPorts) fails on

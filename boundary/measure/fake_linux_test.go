@@ -44,6 +44,9 @@ type fakeSandbox struct {
 	// helper, when set, replaces the helper name in StartHelper's args,
 	// so that a test can substitute its own (mis)behaving helper.
 	helper string
+	// leak, when set, is passed to the helper as fd 3: an inherited host
+	// file that reaches past every wall.
+	leak *os.File
 	// lastPID is the host pid of the last process started.
 	lastPID atomic.Int64
 }
@@ -71,6 +74,9 @@ func (f *fakeSandbox) start(ctx context.Context, argv []string, p boundary.Proce
 	// Race-enabled binaries sleep 1s at exit unless told otherwise.
 	cmd.Env, cmd.Dir = append(p.Env[:len(p.Env):len(p.Env)], "GORACE=atexit_sleep_ms=0"), p.Dir
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.Stdin, p.Stdout, p.Stderr
+	if f.leak != nil {
+		cmd.ExtraFiles = []*os.File{f.leak}
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}

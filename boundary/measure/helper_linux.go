@@ -40,6 +40,8 @@ func Main(args []string) int {
 		fmt.Fprintf(os.Stdout, "%d %d %d\n", r, e, s)
 		return 0
 	}
+	// Before anything else opens a file: what did the helper inherit?
+	fds := inheritedFDs()
 	pl, err := decodePlan(args[0])
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "moat: %s: %v\n", HelperName, err)
@@ -47,7 +49,12 @@ func Main(args []string) int {
 	}
 	results := make([]result, len(pl.Probes))
 	run := func(i int, p probe) {
-		outcome, detail := runProbe(pl.Nonce, i, p)
+		var outcome, detail string
+		if p.Op == opInheritedFDs {
+			outcome, detail = fds()
+		} else {
+			outcome, detail = runProbe(pl.Nonce, i, p)
+		}
 		results[i] = result{ID: p.ID, Outcome: outcome, Detail: truncate(detail)}
 	}
 	// The broker connection goes first, alone: while the host attributes

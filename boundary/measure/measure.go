@@ -100,24 +100,25 @@ const (
 
 // Probe operations understood by the helper.
 const (
-	opRead       = "read"       // path: read a file, or list a directory
-	opWrite      = "write"      // path: create+remove a file in a directory, or open a file for writing
-	opTCP        = "tcp"        // addr: connect
-	opTCPBroker  = "tcp-broker" // addr: connect, present the nonce, read the answer
-	opDNSUDP     = "dns-udp"    // addr: one DNS query over UDP, wait for any answer
-	opDNSResolv  = "dns-resolv" // DNS query to each loopback nameserver of /etc/resolv.conf
-	opInterfaces = "interfaces" // a non-loopback interface exists
-	opRoutes     = "routes"     // a route leaves through a non-loopback interface, or a default route exists
-	opNoNewPrivs = "no-new-privs-unset"
-	opCaps       = "capabilities"   // effective, permitted or inheritable set non-empty
-	opAmbient    = "ambient"        // ambient set non-empty
-	opBounding   = "bounding"       // bounding set non-empty and usable
-	opUID        = "uid-root"       // a uid is 0
-	opGID        = "gid-root"       // a gid is 0
-	opUnshare    = "unshare-userns" // unshare(CLONE_NEWUSER) in a child
-	opCloneUser  = "clone-userns"   // clone(CLONE_NEWUSER)
-	opExec       = "exec-self"      // fork+exec of the helper itself
-	opSetuid     = "setuid"         // path: exec a setuid copy of the helper, compare euid
+	opRead         = "read"          // path: read a file, or list a directory
+	opWrite        = "write"         // path: create+remove a file in a directory, or open a file for writing
+	opInheritedFDs = "inherited-fds" // an fd beyond stdio was open when the helper started
+	opTCP          = "tcp"           // addr: connect
+	opTCPBroker    = "tcp-broker"    // addr: connect, present the nonce, read the answer
+	opDNSUDP       = "dns-udp"       // addr: one DNS query over UDP, wait for any answer
+	opDNSResolv    = "dns-resolv"    // DNS query to each loopback nameserver of /etc/resolv.conf
+	opInterfaces   = "interfaces"    // a non-loopback interface exists
+	opRoutes       = "routes"        // a route leaves through a non-loopback interface, or a default route exists
+	opNoNewPrivs   = "no-new-privs-unset"
+	opCaps         = "capabilities"   // effective, permitted or inheritable set non-empty
+	opAmbient      = "ambient"        // ambient set non-empty
+	opBounding     = "bounding"       // bounding set non-empty and usable
+	opUID          = "uid-root"       // a uid is 0
+	opGID          = "gid-root"       // a gid is 0
+	opUnshare      = "unshare-userns" // unshare(CLONE_NEWUSER) in a child
+	opCloneUser    = "clone-userns"   // clone(CLONE_NEWUSER)
+	opExec         = "exec-self"      // fork+exec of the helper itself
+	opSetuid       = "setuid"         // path: exec a setuid copy of the helper, compare euid
 )
 
 // plan is the helper's input.
@@ -236,6 +237,8 @@ func buildPlan(cfg Config, nonce string) (plan, error) {
 		add(PropFilesystem, KindViolation, "fs/write-ro:"+g, opWrite, g, "")
 		add(PropFilesystem, KindControl, "fs/read-ro:"+g, opRead, g, "")
 	}
+	// An inherited file or directory fd would reach past every wall.
+	add(PropFilesystem, KindViolation, "fs/"+opInheritedFDs, opInheritedFDs, "", "")
 	for _, g := range cfg.ReadWrite {
 		add(PropFilesystem, KindControl, "fs/write-rw:"+g, opWrite, g, "")
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -67,4 +69,47 @@ func probeWrite(path, name string) (string, string) {
 		detail = "created " + p + " but could not remove it: " + err.Error()
 	}
 	return OutcomeSucceeded, detail
+}
+
+// maxFDScan bounds the fd numbers inheritedFDs looks at.
+const maxFDScan = 4096
+
+// inheritedFDs looks, once and at once, at every fd beyond stdio and
+// returns a probe that reports the inherited ones. An fd that survived
+// execve cannot have FD_CLOEXEC set, and everything the Go runtime opens
+// itself (epoll, the cgroup CPU limit files) has it; so an fd without
+// FD_CLOEXEC is one the helper was given: a file, a directory, a socket
+// or a pipe from outside.
+func inheritedFDs() func() (string, string) {
+	var found []string
+	for fd := 3; fd < maxFDScan; fd++ {
+		flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+		if err != nil || flags&unix.FD_CLOEXEC != 0 {
+			continue // not open, or the process's own
+		}
+		target, err := readlinkFD(fd)
+		if err != nil {
+			var st unix.Stat_t
+			target = "unknown"
+			if unix.Fstat(fd, &st) == nil {
+				target = fmt.Sprintf("file type %#o", st.Mode&unix.S_IFMT)
+			}
+		}
+		found = append(found, fmt.Sprintf("fd %d: %s", fd, target))
+	}
+	return func() (string, string) {
+		if len(found) > 0 {
+			return OutcomeSucceeded, "inherited: " + strings.Join(found, ", ")
+		}
+		return OutcomeFailed, "only stdio was inherited"
+	}
+}
+
+func readlinkFD(fd int) (string, error) {
+	buf := make([]byte, 256)
+	n, err := unix.Readlink("/proc/self/fd/"+strconv.Itoa(fd), buf)
+	if err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
 }
