@@ -67,6 +67,7 @@ func runInit(args []string) int {
 	// moat itself inherited without close-on-exec goes now, before the
 	// runtime opens anything of its own.
 	unix.CloseRange(initExeFD+1, ^uint(0), 0)
+	unix.CloseOnExec(initCtlFD)
 	ctl := &ctlConn{fd: initCtlFD}
 	fail := func(err error) int {
 		ctl.send(ctlMsg{Op: "error", Err: err.Error()})

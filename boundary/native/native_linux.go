@@ -96,24 +96,12 @@ func (backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.Sandbo
 // hostIDs is the host uid/gid the sandbox's root maps to. Rootless, it is
 // the caller's own; as root, process.host_uid/host_gid, never 0.
 func hostIDs(pol *policy.Policy) (int, int, error) {
-	if os.Geteuid() != 0 {
-		return os.Geteuid(), os.Getegid(), nil
+	uid, gid, err := pol.ResolveHostIDs(os.Geteuid())
+	if err != nil {
+		return 0, 0, fmt.Errorf("moat: refused: %w", err)
 	}
-	uid, gid := pol.Process.HostUID, pol.Process.HostGID
-	if uid == 0 || gid == 0 {
-		ownerUID, ownerGID := nobodyID, nobodyID
-		if len(pol.Filesystem.ReadWrite) > 0 {
-			var st unix.Stat_t
-			if unix.Stat(pol.Filesystem.ReadWrite[0], &st) == nil && st.Uid != 0 {
-				ownerUID, ownerGID = int(st.Uid), int(st.Gid)
-			}
-		}
-		if uid == 0 {
-			uid = ownerUID
-		}
-		if gid == 0 {
-			gid = ownerGID
-		}
+	if os.Geteuid() != 0 {
+		return uid, gid, nil
 	}
 	if uid <= 0 || gid <= 0 {
 		return 0, 0, fmt.Errorf("BUG: host ids %d:%d", uid, gid)
