@@ -54,8 +54,12 @@
 // and /tmp every right; /dev nodes read, write, truncate and device ioctl;
 // /proc read. From ABI 4 TCP bind is denied and connect allowed only to
 // the broker's port; from ABI 6 abstract Unix sockets and signals are
-// scoped to the sandbox. A helper also gets execute+read on the moat
-// binary's fd.
+// scoped to the sandbox. From ABI 9 (when the seccomp filter starts to
+// allow AF_UNIX sockets) resolve_unix is handled and granted nowhere, so a
+// host socket placed in a grant stays unreachable; this path is untested
+// on this ABI-7 host. UDP rights (ABI 10) are not handled: the network
+// namespace alone confines UDP. A helper also gets execute+read on the
+// moat binary's fd.
 //
 // # Limits
 //

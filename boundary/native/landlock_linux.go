@@ -31,6 +31,11 @@ const (
 	llFSRefer      = 1 << 13 // ABI 2
 	llFSTruncate   = 1 << 14 // ABI 3
 	llFSIoctlDev   = 1 << 15 // ABI 5
+	// llFSResolveUnix (ABI 9) governs connect/sendmsg to pathname Unix
+	// sockets created outside the domain. It is handled and never granted:
+	// from ABI 9 the seccomp filter lets AF_UNIX sockets through, and this
+	// is what keeps a host socket placed in a grant unreachable.
+	llFSResolveUnix = 1 << 16
 
 	llNetBindTCP    = 1 << 0 // ABI 4
 	llNetConnectTCP = 1 << 1 // ABI 4
@@ -71,7 +76,8 @@ func LandlockABI() int {
 	return int(v)
 }
 
-// llFSAll is every filesystem right the given ABI knows.
+// llFSAll is every filesystem right the given ABI knows that a rule may
+// grant (all but llFSResolveUnix).
 func llFSAll(abi int) uint64 {
 	r := uint64(1<<13 - 1)
 	if abi >= 2 {
@@ -118,6 +124,9 @@ func restrictSelf(rs llRuleset) error {
 		return errors.New("BUG: Landlock ruleset without an ABI")
 	}
 	attr := llRulesetAttr{fs: llFSAll(rs.ABI)}
+	if rs.ABI >= 9 {
+		attr.fs |= llFSResolveUnix
+	}
 	if rs.ABI >= 4 {
 		attr.net = llNetBindTCP | llNetConnectTCP
 	}
@@ -135,7 +144,7 @@ func restrictSelf(rs llRuleset) error {
 		if err != nil {
 			return fmt.Errorf("landlock rule %s: %w", r.Path, err)
 		}
-		err = addPathRule(rfd, pfd, r.Access&attr.fs)
+		err = addPathRule(rfd, pfd, r.Access&attr.fs&^llFSResolveUnix)
 		unix.Close(pfd)
 		if err != nil {
 			return fmt.Errorf("landlock rule %s: %w", r.Path, err)
