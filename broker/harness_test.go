@@ -46,7 +46,7 @@ type fakeProvider struct {
 	t      testing.TB
 	srv    *httptest.Server
 	verify func(line []byte) error // nil: structure and hash only
-	bare   bool                     // benchmarks: no checks, no recording
+	bare   bool                    // benchmarks: no checks, no recording
 
 	mu      sync.Mutex
 	reqs    []seen
