@@ -1,7 +1,9 @@
 package moat_test
 
 import (
+	"encoding/base64"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strconv"
@@ -129,6 +131,33 @@ func probeAction(kind, arg string) error {
 			fmt.Printf("answer %s=%s %q\n", kind, arg, out)
 		}
 		return err
+	case "raw":
+		// arg: base64 of raw bytes sent to the broker on a new connection;
+		// prints the status code the broker answered, or how it ended.
+		b, err := base64.StdEncoding.DecodeString(arg)
+		if err != nil {
+			return err
+		}
+		hostport := strings.TrimPrefix(os.Getenv("ANTHROPIC_BASE_URL"), "http://")
+		c, err := net.DialTimeout("tcp", hostport, dialTimeout)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write(b); err != nil {
+			fmt.Printf("rawresult %s\n", "write-failed")
+			return nil
+		}
+		resp, err := io.ReadAll(c)
+		status := "closed-without-response"
+		if l, _, ok := strings.Cut(string(resp), "\r\n"); ok && strings.HasPrefix(l, "HTTP/1.1 ") && len(l) >= 12 {
+			status = l[9:12]
+		} else if err != nil {
+			status = "error: " + err.Error()
+		}
+		fmt.Printf("rawresult %s\n", status)
+		return nil
 	case "socket":
 		// arg: family,type,proto
 		f := strings.Split(arg, ",")
