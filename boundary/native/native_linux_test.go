@@ -1,16 +1,13 @@
 package native
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,8 +15,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/internal/testenv"
@@ -480,246 +475,6 @@ func mkdirOutsideTmp(t *testing.T) string {
 	}
 	testenv.Need(t, false, "no writable directory outside /tmp (/var/tmp, /dev/shm)")
 	return ""
-}
-
-const policyEnv = "MOAT_NATIVE_TEST_POLICY"
-
-// superviseAction is a supervisor in its own process: it prepares a
-// sandbox, starts a workload that leaves a detached setsid grandchild, says
-// "ready", and waits to be killed.
-func superviseAction(args []string) int {
-	var pol policy.Policy
-	if err := json.Unmarshal([]byte(os.Getenv(policyEnv)), &pol); err != nil {
-		fmt.Println("policy:", err)
-		return 1
-	}
-	be, _ := boundary.Lookup(Name)
-	sb, err := be.Prepare(context.Background(), boundary.Spec{RunID: "kill", Policy: &pol, StateDir: os.TempDir()})
-	if err != nil {
-		fmt.Println("prepare:", err)
-		return 1
-	}
-	r, w, _ := os.Pipe()
-	_, err = sb.Start(context.Background(), boundary.Process{Argv: args, Env: []string{actionEnv + "=doublefork"}, Stdout: w})
-	w.Close()
-	if err != nil {
-		fmt.Println("start:", err)
-		return 1
-	}
-	line, _ := bufio.NewReader(r).ReadString('\n')
-	fmt.Printf("ready %d %s", sb.HostPID(), line)
-	time.Sleep(time.Hour)
-	return 0
-}
-
-// markedPIDs lists host processes whose argv contains marker.
-func markedPIDs(marker string) []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err == nil && bytes.Contains(b, []byte(marker)) {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
-func TestSupervisorKillTakesSandboxDown(t *testing.T) {
-	f := newFixture(t)
-	marker := fmt.Sprintf("moat-marker-%d-%d", os.Getpid(), time.Now().UnixNano())
-	pj, err := json.Marshal(f.pol)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(f.bin)
-	cmd.Env = append(os.Environ(), actionEnv+"=supervise", policyEnv+"="+string(pj))
-	cmd.Args = []string{f.bin, f.bin, marker}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, _ := bufio.NewReader(out).ReadString('\n')
-	if !strings.HasPrefix(line, "ready ") || !strings.Contains(line, "forked") {
-		cmd.Process.Kill()
-		cmd.Wait()
-		t.Fatalf("supervisor: got %q, want ready … forked", line)
-	}
-	// Control: the workload and its detached grandchild are there, with
-	// the marker in argv, and the grandchild is in a session of its own.
-	before := markedPIDs(marker)
-	if len(before) < 2 {
-		cmd.Process.Kill()
-		cmd.Wait()
-		t.Fatalf("before the kill: got %d marked processes, want the workload and its grandchild", len(before))
-	}
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	cmd.Wait()
-	// Poll until the kernel has torn the PID namespace down (a condition,
-	// not a timing measurement); fail if it never happens.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		left := markedPIDs(marker)
-		if len(left) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after SIGKILL of the supervisor, sandbox processes remain: %v", left)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func TestRootCgroupLimits(t *testing.T) {
-	testenv.NeedRoot(t)
-	_, err := os.Stat(filepath.Join(cgroupRoot, "pids", "cgroup.procs"))
-	testenv.Need(t, err == nil, "no cgroup v1 pids controller at /sys/fs/cgroup/pids")
-	f := newFixture(t)
-	f.pol.Process.Limits.Pids = 48
-	sb := f.prepare(t)
-	l := sb.Limits()
-	if !l.Memory || !l.Pids {
-		t.Fatalf("limits as root on cgroup v1: got %+v, want memory and pids enforced", l)
-	}
-	dir := filepath.Join(cgroupRoot, "pids", ownCgroup("pids"), "moat-"+sanitize("test-"+strconv.Itoa(os.Getpid())))
-	b, err := os.ReadFile(filepath.Join(dir, "pids.max"))
-	if err != nil || strings.TrimSpace(string(b)) != "48" {
-		t.Fatalf("pids.max: got %q, %v; want 48", b, err)
-	}
-	mb, err := os.ReadFile(filepath.Join(cgroupRoot, "memory", ownCgroup("memory"), filepath.Base(dir), "memory.limit_in_bytes"))
-	if err != nil || strings.TrimSpace(string(mb)) != strconv.Itoa(512<<20) {
-		t.Errorf("memory.limit_in_bytes: got %q, %v; want %d", mb, err, 512<<20)
-	}
-	// Enforcement: the workload tries to start more processes than the
-	// limit allows; some succeed (control), the rest fail.
-	code, out := f.run(t, sb, "forkmany", "64")
-	if code != 0 {
-		t.Fatalf("forkmany exited %d: %s", code, out)
-	}
-	t.Logf("forkmany: %s", out)
-	var ok, failed int
-	fmt.Sscanf(out, "started %d failed %d", &ok, &failed)
-	if ok == 0 || failed == 0 {
-		t.Errorf("forkmany under pids.max 48: got %q, want some started and some refused", out)
-	}
-	if err := sb.Terminate(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("cgroup %s still exists after Terminate (%v)", dir, err)
-	}
-}
-
-func TestRootReadWriteGrantOwnedByOther(t *testing.T) {
-	testenv.NeedRoot(t)
-	f := newFixture(t)
-	const stranger = 12345
-	if err := os.Chown(f.ws, stranger, stranger); err != nil {
-		t.Fatal(err)
-	}
-	be, _ := boundary.Lookup(Name)
-	sb, err := be.Prepare(context.Background(), boundary.Spec{RunID: "own", Policy: f.pol, StateDir: t.TempDir()})
-	if err == nil {
-		sb.Terminate()
-		t.Fatal("Prepare with a read_write grant owned by another uid than host_uid succeeded")
-	}
-	if !strings.Contains(err.Error(), "chown") || !strings.Contains(err.Error(), f.ws) {
-		t.Errorf("refusal %q does not say how to fix it", err)
-	}
-	// Control: chowned to host_uid, it works.
-	if err := os.Chown(f.ws, nobodyID, nobodyID); err != nil {
-		t.Fatal(err)
-	}
-	f.prepare(t)
-}
-
-// TestRootIdmappedGrant: a root-owned read_write grant is mounted
-// idmapped, so the workload (host uid 65534) writes to it and the files
-// land on disk as root.
-func TestRootIdmappedGrant(t *testing.T) {
-	testenv.NeedRoot(t)
-	f := newFixture(t)
-	if err := os.Chown(f.ws, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(f.ws, "rootfile"), []byte("r"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	sb := f.prepare(t)
-	res := f.ops(t, sb, "write:"+filepath.Join(f.ws, "made-inside"), "read:"+filepath.Join(f.ws, "rootfile"), "owner:"+f.ws)
-	wantPrefix(t, res, "write:"+filepath.Join(f.ws, "made-inside"), "ok")
-	wantPrefix(t, res, "read:"+filepath.Join(f.ws, "rootfile"), "ok r")
-	wantPrefix(t, res, "owner:"+f.ws, "ok 1000")
-	st, err := os.Stat(filepath.Join(f.ws, "made-inside"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if uid := st.Sys().(*syscall.Stat_t).Uid; uid != 0 {
-		t.Errorf("file written inside: host owner uid %d, want 0 (the grant's owner)", uid)
-	}
-	// Control: the host's view of a file outside the grant is unchanged,
-	// and a host-uid 65534 process could not have written there.
-	if fi, _ := os.Stat(f.ws); fi.Sys().(*syscall.Stat_t).Uid != 0 {
-		t.Errorf("the grant's owner changed on the host")
-	}
-}
-
-func TestTTY(t *testing.T) {
-	f := newFixture(t)
-	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
-	testenv.Need(t, err == nil, "no /dev/ptmx")
-	defer master.Close()
-	if err := unix.IoctlSetPointerInt(int(master.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		t.Fatal(err)
-	}
-	n, err := unix.IoctlGetInt(int(master.Fd()), unix.TIOCGPTN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	slave, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer slave.Close()
-	sb := f.prepare(t)
-	p, err := sb.Start(context.Background(), boundary.Process{Argv: []string{f.bin, "tty"}, Env: []string{actionEnv + "=ops"}, TTY: slave})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan string, 1)
-	go func() {
-		b := make([]byte, 4096)
-		var acc []byte
-		for !bytes.Contains(acc, []byte("\n")) {
-			n, err := master.Read(b)
-			if err != nil {
-				break
-			}
-			acc = append(acc, b[:n]...)
-		}
-		got <- string(acc)
-	}()
-	if code, _ := p.Wait(); code != 0 {
-		t.Fatalf("tty workload exited %d", code)
-	}
-	select {
-	case s := <-got:
-		if !strings.Contains(s, "tty ok controlling") {
-			t.Errorf("tty workload: got %q, want the terminal as its controlling tty", s)
-		}
-	case <-time.After(10 * time.Second):
-		t.Error("no output on the terminal")
-	}
 }
 
 // TestWallsWithoutSeccomp runs without the seccomp filter: the user

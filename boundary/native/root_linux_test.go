@@ -1,0 +1,110 @@
+package native
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/internal/testenv"
+)
+
+func TestRootCgroupLimits(t *testing.T) {
+	testenv.NeedRoot(t)
+	_, err := os.Stat(filepath.Join(cgroupRoot, "pids", "cgroup.procs"))
+	testenv.Need(t, err == nil, "no cgroup v1 pids controller at /sys/fs/cgroup/pids")
+	f := newFixture(t)
+	f.pol.Process.Limits.Pids = 48
+	sb := f.prepare(t)
+	l := sb.Limits()
+	if !l.Memory || !l.Pids {
+		t.Fatalf("limits as root on cgroup v1: got %+v, want memory and pids enforced", l)
+	}
+	dir := filepath.Join(cgroupRoot, "pids", ownCgroup("pids"), "moat-"+sanitize("test-"+strconv.Itoa(os.Getpid())))
+	b, err := os.ReadFile(filepath.Join(dir, "pids.max"))
+	if err != nil || strings.TrimSpace(string(b)) != "48" {
+		t.Fatalf("pids.max: got %q, %v; want 48", b, err)
+	}
+	mb, err := os.ReadFile(filepath.Join(cgroupRoot, "memory", ownCgroup("memory"), filepath.Base(dir), "memory.limit_in_bytes"))
+	if err != nil || strings.TrimSpace(string(mb)) != strconv.Itoa(512<<20) {
+		t.Errorf("memory.limit_in_bytes: got %q, %v; want %d", mb, err, 512<<20)
+	}
+	// Enforcement: the workload tries to start more processes than the
+	// limit allows; some succeed (control), the rest fail.
+	code, out := f.run(t, sb, "forkmany", "64")
+	if code != 0 {
+		t.Fatalf("forkmany exited %d: %s", code, out)
+	}
+	t.Logf("forkmany: %s", out)
+	var ok, failed int
+	fmt.Sscanf(out, "started %d failed %d", &ok, &failed)
+	if ok == 0 || failed == 0 {
+		t.Errorf("forkmany under pids.max 48: got %q, want some started and some refused", out)
+	}
+	if err := sb.Terminate(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("cgroup %s still exists after Terminate (%v)", dir, err)
+	}
+}
+
+func TestRootReadWriteGrantOwnedByOther(t *testing.T) {
+	testenv.NeedRoot(t)
+	f := newFixture(t)
+	const stranger = 12345
+	if err := os.Chown(f.ws, stranger, stranger); err != nil {
+		t.Fatal(err)
+	}
+	be, _ := boundary.Lookup(Name)
+	sb, err := be.Prepare(context.Background(), boundary.Spec{RunID: "own", Policy: f.pol, StateDir: t.TempDir()})
+	if err == nil {
+		sb.Terminate()
+		t.Fatal("Prepare with a read_write grant owned by another uid than host_uid succeeded")
+	}
+	if !strings.Contains(err.Error(), "chown") || !strings.Contains(err.Error(), f.ws) {
+		t.Errorf("refusal %q does not say how to fix it", err)
+	}
+	// Control: chowned to host_uid, it works.
+	if err := os.Chown(f.ws, nobodyID, nobodyID); err != nil {
+		t.Fatal(err)
+	}
+	f.prepare(t)
+}
+
+// TestRootIdmappedGrant: a root-owned read_write grant is mounted
+// idmapped, so the workload (host uid 65534) writes to it and the files
+// land on disk as root.
+func TestRootIdmappedGrant(t *testing.T) {
+	testenv.NeedRoot(t)
+	f := newFixture(t)
+	if err := os.Chown(f.ws, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(f.ws, "rootfile"), []byte("r"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sb := f.prepare(t)
+	res := f.ops(t, sb, "write:"+filepath.Join(f.ws, "made-inside"), "read:"+filepath.Join(f.ws, "rootfile"), "owner:"+f.ws)
+	wantPrefix(t, res, "write:"+filepath.Join(f.ws, "made-inside"), "ok")
+	wantPrefix(t, res, "read:"+filepath.Join(f.ws, "rootfile"), "ok r")
+	wantPrefix(t, res, "owner:"+f.ws, "ok 1000")
+	st, err := os.Stat(filepath.Join(f.ws, "made-inside"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid := st.Sys().(*syscall.Stat_t).Uid; uid != 0 {
+		t.Errorf("file written inside: host owner uid %d, want 0 (the grant's owner)", uid)
+	}
+	// Control: the host's view of a file outside the grant is unchanged,
+	// and a host-uid 65534 process could not have written there.
+	if fi, _ := os.Stat(f.ws); fi.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Errorf("the grant's owner changed on the host")
+	}
+}
