@@ -13,8 +13,10 @@ func benchRecord() Record {
 
 func benchWriter(b *testing.B) *Writer {
 	w, _ := newTestWriter(b)
-	if _, err := w.Append(runStarted(w)); err != nil {
-		b.Fatal(err)
+	for _, r := range []Record{runStarted(w), BoundaryConfirmed{Ready: true}} {
+		if _, err := w.Append(r); err != nil {
+			b.Fatal(err)
+		}
 	}
 	return w
 }

@@ -51,7 +51,7 @@ func faultScenario(mnt string) faultReport {
 	}
 	defer w.Close()
 	big := strings.Repeat("x", 6000) // ~8 KiB per line after base64
-	recs := []Record{RunStarted{PolicySHA256: "p", Backend: "native", BinarySHA256: "b", PublicKey: string(w.PublicKeyPEM())}}
+	recs := []Record{RunStarted{PolicySHA256: "p", Backend: "native", BinarySHA256: "b", PublicKey: string(w.PublicKeyPEM())}, BoundaryConfirmed{Ready: true}}
 	for i := range 1000 {
 		recs = append(recs, ProcessStarted{ProcessID: fmt.Sprint(i), Argv: []string{"agent", big}, HostPID: i})
 	}

@@ -126,6 +126,9 @@ func TestTamperMatrix(t *testing.T) {
 		{"boundary.confirmed repeated on line 3, right key", joinLines(replaceLine(L, 2, resign(t, j.priv, L[1], func(m map[string]any) {
 			m["seq"], m["prev"] = 3, LineHash(L[1])
 		}))), nil, Invalid, ErrRecordOrder, 3},
+		{"process.started on line 2, right key", joinLines(replaceLine(L, 1, resign(t, j.priv, L[2], func(m map[string]any) {
+			m["seq"], m["prev"] = 2, LineHash(L[0])
+		}))), nil, Invalid, ErrRecordOrder, 2},
 		{"run.terminated first, right key", joinLines([][]byte{resign(t, j.priv, L[n-1], func(m map[string]any) {
 			m["seq"], m["prev"] = 1, ZeroPrev
 			m["counts"] = map[string]any{"requested": 0, "completed": 0, "refused": 0, "failed": 0, "processes": 0}

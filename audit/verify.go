@@ -109,7 +109,7 @@ func Verify(journal []byte, pub ed25519.PublicKey) Result {
 			}
 			res.Status, res.Line = Incomplete, n
 			res.Err = &LineError{Line: n, Err: ErrTornTail, Detail: fmt.Sprintf("%d bytes without a final LF", len(tail))}
-			res.Reason = fmt.Sprintf("torn tail of %d bytes on line %d after %d valid records (a write cut short by a crash or a write error); no terminal record", len(tail), n, res.Records)
+			res.Reason = fmt.Sprintf("torn tail of %d bytes on line %d after %s (a write cut short by a crash or a write error); no terminal record", len(tail), n, plural(res.Records, "valid record"))
 			return res
 		}
 		start, end := pos, pos+nl
@@ -166,7 +166,7 @@ func Verify(journal []byte, pub ed25519.PublicKey) Result {
 	}
 	if terminated == 0 {
 		res.Status, res.Err = Incomplete, ErrNoTerminal
-		res.Reason = fmt.Sprintf("no terminal record: %d valid records, then the journal ends (the run was killed or is still running)", res.Records)
+		res.Reason = fmt.Sprintf("no terminal record: %s, then the journal ends (the run was killed or is still running)", plural(res.Records, "valid record"))
 		return res
 	}
 	res.Status = Complete
@@ -182,6 +182,8 @@ func checkOrder(n int, r Record, pub ed25519.PublicKey) error {
 		return lineErr(ErrRecordOrder, "%s after line 1", TypeRunStarted)
 	case n != 2 && typ == TypeBoundaryConfirmed:
 		return lineErr(ErrRecordOrder, "%s on line %d, want line 2", TypeBoundaryConfirmed, n)
+	case n == 2 && typ != TypeBoundaryConfirmed && typ != TypeRunTerminated:
+		return lineErr(ErrRecordOrder, "line 2 is %s, want %s or %s", typ, TypeBoundaryConfirmed, TypeRunTerminated)
 	}
 	if rs, ok := r.(RunStarted); ok {
 		k, err := ParsePublicKeyPEM([]byte(rs.PublicKey))
@@ -206,4 +208,11 @@ func tornLine(tail []byte) bool {
 		return bytes.HasPrefix([]byte(envPrefix), tail)
 	}
 	return bytes.HasPrefix(tail, []byte(envPrefix))
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }

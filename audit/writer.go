@@ -156,7 +156,8 @@ func syncDir(dir string) error {
 // callers are totally ordered and may share one fsync (group commit).
 //
 // The record is checked for its place: run.started must be first and only
-// first, boundary.confirmed only second, nothing after run.terminated. For
+// first; the second is boundary.confirmed (or run.terminated), and
+// boundary.confirmed appears nowhere else; nothing follows run.terminated. For
 // run.terminated, Append sets Counts from the records before it.
 //
 // After any write or sync error the Writer is poisoned: that Append and
@@ -230,6 +231,8 @@ func (w *Writer) checkPlace(seq int64, r Record) error {
 		return fmt.Errorf("audit: refused: %s can only be the first record", TypeRunStarted)
 	case seq != 2 && typ == TypeBoundaryConfirmed:
 		return fmt.Errorf("audit: refused: %s can only directly follow %s", TypeBoundaryConfirmed, TypeRunStarted)
+	case seq == 2 && typ != TypeBoundaryConfirmed && typ != TypeRunTerminated:
+		return fmt.Errorf("audit: refused: the record after %s must be %s (or %s), not %s", TypeRunStarted, TypeBoundaryConfirmed, TypeRunTerminated, typ)
 	case seq >= MaxRecords && typ != TypeRunTerminated:
 		return fmt.Errorf("audit: refused: %w: the journal holds %d records, the limit; only %s may follow", ErrTooManyRecords, seq-1, TypeRunTerminated)
 	}

@@ -147,11 +147,17 @@ func TestAppendRefusesOutOfPlace(t *testing.T) {
 	if _, err := w.Append(runStarted(w)); err == nil {
 		t.Fatal("second run.started accepted")
 	}
+	if _, err := w.Append(ProcessStarted{ProcessID: "p"}); err == nil {
+		t.Fatal("process.started on line 2 accepted")
+	}
+	if _, err := w.Append(BoundaryConfirmed{Ready: true}); err != nil {
+		t.Fatalf("boundary.confirmed on line 2 refused: %v", err)
+	}
 	if _, err := w.Append(ProcessStarted{ProcessID: "p"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := w.Append(BoundaryConfirmed{Ready: true}); err == nil {
-		t.Fatal("boundary.confirmed on line 3 accepted")
+		t.Fatal("boundary.confirmed on line 4 accepted")
 	}
 	if _, err := w.Append(nil); err == nil {
 		t.Fatal("nil record accepted")
@@ -174,8 +180,8 @@ func TestAppendRefusesOutOfPlace(t *testing.T) {
 	}
 	j, _ := os.ReadFile(w.JournalPath())
 	r := Verify(j, w.PublicKey())
-	if r.Status != Complete || r.Records != 3 || r.Terminal.Counts != (Counts{Processes: 1}) {
-		t.Fatalf("Verify %+v, want complete, 3 records, counts set by the writer", r)
+	if r.Status != Complete || r.Records != 4 || r.Terminal.Counts != (Counts{Processes: 1}) {
+		t.Fatalf("Verify %+v, want complete, 4 records, counts set by the writer", r)
 	}
 }
 
@@ -187,8 +193,10 @@ func (foreignRecord) RecordType() string { return TypeProcessExited }
 // in one total order that verifies.
 func TestAppendConcurrent(t *testing.T) {
 	w, _ := newTestWriter(t)
-	if _, err := w.Append(runStarted(w)); err != nil {
-		t.Fatal(err)
+	for _, r := range []Record{runStarted(w), BoundaryConfirmed{Ready: true}} {
+		if _, err := w.Append(r); err != nil {
+			t.Fatal(err)
+		}
 	}
 	const workers, each = 8, 40
 	var mu sync.Mutex
@@ -217,7 +225,7 @@ func TestAppendConcurrent(t *testing.T) {
 	w.Close()
 	raw, _ := os.ReadFile(w.JournalPath())
 	r := Verify(raw, w.PublicKey())
-	if r.Status != Complete || r.Records != workers*each+2 {
+	if r.Status != Complete || r.Records != workers*each+3 {
 		t.Fatalf("Verify: %+v", r)
 	}
 	lines := bytes.Split(bytes.TrimSuffix(raw, []byte("\n")), []byte("\n"))
