@@ -84,6 +84,17 @@ func Confirm(ctx context.Context, sb boundary.Sandbox, cfg Config) (boundary.Pro
 		defer os.Remove(tmpSentinel)
 		cfg.HostSecrets = append(slices.Clip(cfg.HostSecrets), tmpSentinel)
 	}
+	recv := startReceivers(&cfg, hex.EncodeToString(nonce))
+	recvStopped := false
+	stopReceivers := func() Check {
+		recvStopped = true
+		return recv.stop()
+	}
+	defer func() {
+		if !recvStopped {
+			recv.stop()
+		}
+	}()
 	pl, err := buildPlan(cfg, hex.EncodeToString(nonce))
 	if err != nil {
 		return props, nil, err
@@ -141,6 +152,7 @@ func Confirm(ctx context.Context, sb boundary.Sandbox, cfg Config) (boundary.Pro
 		rep.Checks = append(rep.Checks, c)
 	}
 	rep.Checks = append(rep.Checks, hostChecks(conns, helperPID, moatSum)...)
+	rep.Checks = append(rep.Checks, stopReceivers())
 
 	props = decide(rep, mech, cfg.RequireAttribution)
 	if !finished {
@@ -238,6 +250,7 @@ func waitHelper(ctx context.Context, run boundary.Running) (code int, finished b
 const (
 	checkBrokerSeen  = "net/broker-seen-by-host"
 	checkAttribution = "attrib/broker-connection"
+	checkReceivers   = "net/host-receivers"
 )
 
 // hostChecks judges what the host observed on the broker listener.

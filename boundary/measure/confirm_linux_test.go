@@ -177,6 +177,24 @@ func TestConfirmUnconfined(t *testing.T) {
 	li, _ := sb.Listener()
 	wantCheck(t, rep, "net/tcp-broker:127.0.0.1:"+strconv.Itoa(li.Port), OutcomeSucceeded, true)
 	wantCheck(t, rep, checkBrokerSeen, OutcomeSucceeded, true)
+	// Confirm's own receivers: host TCP, UDP, an abstract Unix socket and
+	// a Unix socket placed in the read-write grant; each was reached.
+	wantCheck(t, rep, checkReceivers, OutcomeSucceeded, false)
+	var unixAbstract, unixInGrant bool
+	for _, c := range rep.Checks {
+		switch {
+		case strings.HasPrefix(c.Name, "net/unix:@moat-measure-"):
+			unixAbstract = c.Outcome == OutcomeSucceeded
+		case strings.HasPrefix(c.Name, "net/unix:"+h.rw+"/"):
+			unixInGrant = c.Outcome == OutcomeSucceeded
+		}
+	}
+	if !unixAbstract || !unixInGrant {
+		t.Errorf("Unix receivers reached: abstract %v, in the grant %v; want both", unixAbstract, unixInGrant)
+	}
+	if c := checkByName(t, rep, checkReceivers); !strings.Contains(c.Detail, "unix @moat-measure-") || !strings.Contains(c.Detail, "tcp connection") || !strings.Contains(c.Detail, "udp datagram") {
+		t.Errorf("host receivers detail %q does not name tcp, udp and the abstract socket", c.Detail)
+	}
 	select {
 	case <-tcpSeen:
 	case <-time.After(5 * time.Second):
@@ -215,6 +233,9 @@ func TestConfirmUnconfined(t *testing.T) {
 	}
 
 	// Nothing was left behind, and the broker listener is still open.
+	if m, _ := filepath.Glob(filepath.Join(h.rw, ".moat-measure-*.sock")); len(m) > 0 {
+		t.Errorf("receiver socket left behind: %v", m)
+	}
 	for _, d := range []string{h.dir, h.rw, h.ro, "/"} {
 		if m, _ := filepath.Glob(filepath.Join(d, ".moat-measure-*")); len(m) > 0 {
 			t.Errorf("left behind: %v", m)

@@ -54,11 +54,16 @@
 // every wall). Controls: each read-write grant and /tmp take a new file
 // (created and removed), each read-only grant can be read.
 //
-// egress_interception: TCP to loopback ports other than the broker's (a
-// fixed list, the broker's neighbours and Config.ExtraTCPPorts) fails on
-// 127.0.0.1 and ::1; a DNS query over UDP to 127.0.0.1:53, ::1:53, each
-// loopback nameserver of /etc/resolv.conf and Config.ExtraUDPPorts gets no
-// answer; no interface but loopback exists; no route leaves through
+// egress_interception: for the measurement, Confirm opens receivers on the
+// host, outside the sandbox: TCP and UDP on 127.0.0.1, an abstract Unix
+// socket, and a pathname Unix socket in each read-write grant; each must
+// observe nothing, and the helper's attempts on them must fail. TCP to
+// loopback ports other than the broker's (a fixed list, the broker's
+// neighbours, the receivers and Config.ExtraTCPPorts) fails on 127.0.0.1
+// and ::1; a DNS query over UDP to 127.0.0.1:53, ::1:53, each loopback
+// nameserver of /etc/resolv.conf, the receiver and Config.ExtraUDPPorts
+// gets no answer; Unix sockets in Config.ExtraUnixSockets cannot be
+// reached; no interface but loopback exists; no route leaves through
 // another interface and there is no default route. Controls: the helper
 // reaches the broker port and gets the host's answer, and the host sees
 // that connection carry this run's nonce.

@@ -101,6 +101,8 @@ func runProbe(nonce string, i int, p probe) (outcome, detail string) {
 		return probeWrite(p.Path, fmt.Sprintf(".moat-measure-%.16s-%d", nonce, i))
 	case opTCP:
 		return probeTCP(p.Addr)
+	case opUnix:
+		return probeUnix(p.Addr)
 	case opTCPBroker:
 		return probeBroker(p.Addr, nonce)
 	case opDNSUDP:

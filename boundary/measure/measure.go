@@ -54,6 +54,10 @@ type Config struct {
 	// list, that the sandbox must not reach (e.g. receivers that a test
 	// or the conformance suite listens on, on the host's loopback).
 	ExtraTCPPorts, ExtraUDPPorts []int
+	// ExtraUnixSockets are Unix sockets outside the sandbox ("@name" for
+	// the abstract namespace, else an absolute path) that it must not
+	// reach. Confirm adds its own receivers to all three lists.
+	ExtraUnixSockets []string
 	// SetuidProbes are setuid-root copies of the moat binary inside the
 	// grants; executing one must not change the euid. Optional.
 	SetuidProbes []string
@@ -105,6 +109,7 @@ const (
 	opInheritedFDs = "inherited-fds" // an fd beyond stdio was open when the helper started
 	opTCP          = "tcp"           // addr: connect
 	opTCPBroker    = "tcp-broker"    // addr: connect, present the nonce, read the answer
+	opUnix         = "unix"          // addr: connect to a Unix socket ("@name": abstract)
 	opDNSUDP       = "dns-udp"       // addr: one DNS query over UDP, wait for any answer
 	opDNSResolv    = "dns-resolv"    // DNS query to each loopback nameserver of /etc/resolv.conf
 	opInterfaces   = "interfaces"    // a non-loopback interface exists
@@ -174,6 +179,14 @@ func (cfg *Config) validate(listenerPort int) error {
 			if !filepath.IsAbs(p) || filepath.Clean(p) != p {
 				return fmt.Errorf("measure: path %q is not absolute and clean", p)
 			}
+		}
+	}
+	if len(cfg.ExtraUnixSockets) > maxExtraPorts {
+		return fmt.Errorf("measure: %d extra Unix sockets, at most %d", len(cfg.ExtraUnixSockets), maxExtraPorts)
+	}
+	for _, s := range cfg.ExtraUnixSockets {
+		if !strings.HasPrefix(s, "@") && (!filepath.IsAbs(s) || filepath.Clean(s) != s) {
+			return fmt.Errorf("measure: Unix socket %q is neither @abstract nor an absolute clean path", s)
 		}
 	}
 	for _, l := range [][]int{cfg.ExtraTCPPorts, cfg.ExtraUDPPorts} {
@@ -265,6 +278,9 @@ func buildPlan(cfg Config, nonce string) (plan, error) {
 	for _, p := range cfg.ExtraUDPPorts {
 		a := joinHostPort("127.0.0.1", p)
 		add(PropEgress, KindViolation, "net/dns-udp:"+a, opDNSUDP, "", a)
+	}
+	for _, u := range cfg.ExtraUnixSockets {
+		add(PropEgress, KindViolation, "net/unix:"+u, opUnix, "", u)
 	}
 	add(PropEgress, KindViolation, "net/dns-resolv.conf", opDNSResolv, "", "")
 	add(PropEgress, KindViolation, "net/non-loopback-interface", opInterfaces, "", "")

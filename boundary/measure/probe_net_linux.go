@@ -51,6 +51,16 @@ func probeTCP(addr string) (string, string) {
 	return OutcomeSucceeded, "connected to " + addr
 }
 
+// probeUnix connects to a Unix socket (abstract when addr starts with @).
+func probeUnix(addr string) (string, string) {
+	c, err := net.DialTimeout("unix", addr, dialTimeout)
+	if err != nil {
+		return OutcomeFailed, err.Error()
+	}
+	c.Close()
+	return OutcomeSucceeded, "connected to " + addr
+}
+
 func probeBroker(addr, nonce string) (string, string) {
 	if !loopbackAddr(addr) {
 		return OutcomeError, "BUG: refusing a non-loopback target " + addr

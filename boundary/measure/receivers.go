@@ -1,0 +1,147 @@
+package measure
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+)
+
+// maxUnixPath is the longest pathname a Unix socket address holds (sun_path
+// less its NUL).
+const maxUnixPath = 107
+
+// receivers are host-side listeners that Confirm opens for the duration of
+// a measurement, outside the sandbox, for the helper to try to reach: TCP
+// and UDP on the host's 127.0.0.1, an abstract Unix socket in the host's
+// network namespace, and a pathname Unix socket in each read-write grant
+// (below Landlock ABI 9 nothing but a seccomp filter or the mount
+// namespace keeps a process from connecting to one). Every one of them
+// must observe nothing.
+type receivers struct {
+	tcp   net.Listener
+	udp   net.PacketConn
+	unix  []net.Listener
+	paths []string // socket files to remove
+	notes []string // receivers that could not be set up, and why
+
+	mu       sync.Mutex
+	observed []string
+	wg       sync.WaitGroup
+}
+
+func (r *receivers) saw(what string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.observed) < maxMeasureConns {
+		r.observed = append(r.observed, what)
+	}
+}
+
+// startReceivers opens the receivers and adds them to cfg's targets.
+func startReceivers(cfg *Config, nonce string) *receivers {
+	r := &receivers{}
+	if ln, err := net.Listen("tcp4", "127.0.0.1:0"); err == nil {
+		r.tcp = ln
+		cfg.ExtraTCPPorts = append(cfg.ExtraTCPPorts[:len(cfg.ExtraTCPPorts):len(cfg.ExtraTCPPorts)], ln.Addr().(*net.TCPAddr).Port)
+		r.acceptAll(ln, "tcp")
+	} else {
+		r.notes = append(r.notes, "no host TCP receiver: "+err.Error())
+	}
+	if pc, err := net.ListenPacket("udp4", "127.0.0.1:0"); err == nil {
+		r.udp = pc
+		cfg.ExtraUDPPorts = append(cfg.ExtraUDPPorts[:len(cfg.ExtraUDPPorts):len(cfg.ExtraUDPPorts)], pc.LocalAddr().(*net.UDPAddr).Port)
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			buf := make([]byte, 1500)
+			for {
+				n, from, err := pc.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				r.saw(fmt.Sprintf("udp datagram of %d bytes from %s", n, from))
+				pc.WriteTo(buf[:n], from) // an answer, so the helper knows it got through
+			}
+		}()
+	} else {
+		r.notes = append(r.notes, "no host UDP receiver: "+err.Error())
+	}
+	var socks []string
+	if runtime.GOOS == "linux" {
+		socks = append(socks, "@moat-measure-"+nonce)
+	}
+	for _, g := range cfg.ReadWrite {
+		socks = append(socks, filepath.Join(g, ".moat-measure-"+nonce[:min(len(nonce), 16)]+".sock"))
+	}
+	for _, s := range socks {
+		if len(s) > maxUnixPath {
+			r.notes = append(r.notes, fmt.Sprintf("no Unix receiver at %s: path longer than %d bytes", s, maxUnixPath))
+			continue
+		}
+		ln, err := net.Listen("unix", s)
+		if err != nil {
+			r.notes = append(r.notes, fmt.Sprintf("no Unix receiver at %s: %v", s, err))
+			continue
+		}
+		if !strings.HasPrefix(s, "@") {
+			ln.(*net.UnixListener).SetUnlinkOnClose(true)
+			r.paths = append(r.paths, s)
+			os.Chmod(s, 0o777) // only the sandbox's walls may stop a connection, not its mode
+		}
+		r.unix = append(r.unix, ln)
+		cfg.ExtraUnixSockets = append(cfg.ExtraUnixSockets[:len(cfg.ExtraUnixSockets):len(cfg.ExtraUnixSockets)], s)
+		r.acceptAll(ln, "unix "+s)
+	}
+	return r
+}
+
+func (r *receivers) acceptAll(ln net.Listener, what string) {
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			r.saw(what + " connection")
+			c.Close()
+		}
+	}()
+}
+
+// stop closes every receiver and returns the host-side check.
+func (r *receivers) stop() Check {
+	if r.tcp != nil {
+		r.tcp.Close()
+	}
+	if r.udp != nil {
+		r.udp.Close()
+	}
+	for _, ln := range r.unix {
+		ln.Close()
+	}
+	r.wg.Wait()
+	for _, p := range r.paths {
+		os.Remove(p) // in case unlink-on-close did not run
+	}
+	c := Check{Property: PropEgress, Name: checkReceivers, Kind: KindViolation, Outcome: OutcomeFailed}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.observed) > 0 {
+		c.Outcome = OutcomeSucceeded
+		c.Detail = "host receivers observed: " + strings.Join(r.observed, "; ")
+	} else {
+		c.Detail = "host receivers (TCP, UDP, Unix) observed nothing"
+	}
+	if len(r.notes) > 0 {
+		c.Detail += " (" + strings.Join(r.notes, "; ") + ")"
+	}
+	c.OK = judge(c.Kind, c.Outcome)
+	c.Detail = truncate(c.Detail)
+	return c
+}
