@@ -97,6 +97,9 @@ func ParsePublicKeyPEM(b []byte) (ed25519.PublicKey, error) {
 	if len(b) > MaxPublicKeyPEM {
 		return nil, fmt.Errorf("audit: public key file is %d bytes, more than %d: not a PEM public key", len(b), MaxPublicKeyPEM)
 	}
+	if !bytes.HasPrefix(bytes.TrimLeft(b, " \t\r\n"), []byte("-----BEGIN ")) {
+		return nil, errors.New(`audit: not a PEM file: want the run's pubkey.pem, starting "-----BEGIN PUBLIC KEY-----"`)
+	}
 	blk, rest := pem.Decode(b)
 	if blk == nil {
 		return nil, errors.New(`audit: no PEM block found; want the run's pubkey.pem ("-----BEGIN PUBLIC KEY-----")`)

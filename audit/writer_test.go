@@ -2,6 +2,11 @@ package audit
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
@@ -237,5 +242,38 @@ func TestAppendConcurrent(t *testing.T) {
 	}
 	if n != workers*each || len(got) != workers*each {
 		t.Fatalf("%d of %d returned lines found in the journal", n, len(got))
+	}
+}
+
+func TestParsePublicKeyPEM(t *testing.T) {
+	w, _ := newTestWriter(t)
+	good := w.PublicKeyPEM()
+	ecKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ecDER, _ := x509.MarshalPKIXPublicKey(&ecKey.PublicKey)
+	ecPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: ecDER})
+	for _, c := range []struct {
+		name string
+		in   []byte
+		ok   bool
+	}{
+		{"pubkey.pem", good, true},
+		{"surrounding blank lines", append(append([]byte("\n"), good...), '\n'), true},
+		{"text before", append([]byte("key:\n"), good...), false},
+		{"text after", append(bytes.Clone(good), "more"...), false},
+		{"two blocks", append(bytes.Clone(good), good...), false},
+		{"private key type", bytes.ReplaceAll(good, []byte("PUBLIC KEY"), []byte("PRIVATE KEY")), false},
+		{"an EC key", ecPEM, false},
+		{"empty", nil, false},
+		{"too large", bytes.Repeat([]byte("A"), MaxPublicKeyPEM+1), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			k, err := ParsePublicKeyPEM(c.in)
+			if (err == nil) != c.ok {
+				t.Fatalf("err %v, want ok=%v", err, c.ok)
+			}
+			if c.ok && !k.Equal(w.PublicKey()) {
+				t.Fatal("parsed a different key")
+			}
+		})
 	}
 }
