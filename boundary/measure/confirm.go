@@ -85,16 +85,7 @@ func Confirm(ctx context.Context, sb boundary.Sandbox, cfg Config) (boundary.Pro
 		cfg.HostSecrets = append(slices.Clip(cfg.HostSecrets), tmpSentinel)
 	}
 	recv := startReceivers(&cfg, hex.EncodeToString(nonce))
-	recvStopped := false
-	stopReceivers := func() Check {
-		recvStopped = true
-		return recv.stop()
-	}
-	defer func() {
-		if !recvStopped {
-			recv.stop()
-		}
-	}()
+	defer recv.stop()
 	pl, err := buildPlan(cfg, hex.EncodeToString(nonce))
 	if err != nil {
 		return props, nil, err
@@ -152,11 +143,15 @@ func Confirm(ctx context.Context, sb boundary.Sandbox, cfg Config) (boundary.Pro
 		rep.Checks = append(rep.Checks, c)
 	}
 	rep.Checks = append(rep.Checks, hostChecks(conns, helperPID, moatSum)...)
-	rep.Checks = append(rep.Checks, stopReceivers())
+	rep.Checks = append(rep.Checks, recv.stop())
 
 	props = decide(rep, mech, cfg.RequireAttribution)
 	if !finished {
-		return props, rep, fmt.Errorf("measure: the measurement did not finish: %w", ctx.Err())
+		err := fmt.Errorf("measure: the measurement did not finish: %w", ctx.Err())
+		for _, np := range props.Named() {
+			np.Enforced, np.Detail = false, err.Error()
+		}
+		return props, rep, err
 	}
 	return props, rep, nil
 }

@@ -31,6 +31,9 @@ type receivers struct {
 	mu       sync.Mutex
 	observed []string
 	wg       sync.WaitGroup
+
+	stopOnce sync.Once
+	result   Check
 }
 
 func (r *receivers) saw(what string) {
@@ -114,8 +117,14 @@ func (r *receivers) acceptAll(ln net.Listener, what string) {
 	}()
 }
 
-// stop closes every receiver and returns the host-side check.
+// stop closes every receiver and returns the host-side check. It is
+// idempotent.
 func (r *receivers) stop() Check {
+	r.stopOnce.Do(func() { r.result = r.close() })
+	return r.result
+}
+
+func (r *receivers) close() Check {
 	if r.tcp != nil {
 		r.tcp.Close()
 	}
