@@ -47,6 +47,33 @@
 //     requests before and after the refusal) did not all arrive.
 //  4. pass otherwise.
 //
+// # Running it
+//
+// The controller runs each case as `moat run --policy P --run-info F --
+// moat-probe … CASE`, with the probe copied into a world-readable scratch
+// directory that the policy grants read-only. Once run-info appears (the
+// sandbox is Ready, the workload not yet acting), the controller pins the
+// run key in the provider and in the case directory, observes the worker's
+// namespaces and no_new_privs in /proc, places the pathname Unix receivers
+// in the workspace, passes every receiver's positive delivery control, and
+// only then writes the marker file the probe waits for. After moat exits it
+// waits for the worker pids to be gone and the staging directory to be
+// removed, and copies the journal.
+//
+// audit-storage-fault mounts a 1 MiB tmpfs as the run's audit directory
+// (root only; otherwise the case is invalid and moat is not run), and fills
+// it after the first provider request; the probe then keeps sending until
+// the broker stops.
+//
+// # moat demo
+//
+// `moat demo` reuses the controller for one extra case ("demo", not in the
+// fixed list). Its agent is the probe's "demo" mode run as the hidden helper
+// __moat-demo-agent of the moat binary itself, so a `go run ./cmd/moat
+// demo` needs no second binary: the controller copies the running moat
+// binary into the scratch directory that the sandbox is granted read-only
+// (go run's own build directory is not readable there).
+//
 // # The journal verifier here
 //
 // journal.go verifies journals on its own (DSSE PAE, Ed25519, the prev

@@ -147,7 +147,8 @@ func fakeBundle(t *testing.T, names ...string) string {
 		t.Fatal(err)
 	}
 	rep := &Report{Suite: SuiteName, Version: ReportVersion, Planned: planned, Complete: len(names) == 0,
-		Fixture: FileInfo{SHA256: FixtureSHA256()}, Backend: "native", Kernel: "test", Arch: "amd64"}
+		Fixture: FileInfo{SHA256: FixtureSHA256()}, Backend: "native", Kernel: "test", Arch: "amd64",
+		Binary: BinaryInfo{Path: "/moat", SHA256: sha([]byte("moat")), SHA256End: sha([]byte("moat")), Unchanged: true}}
 	for _, n := range planned {
 		c, _ := CaseByName(n)
 		dir := filepath.Join(out, CasesDir, n)
@@ -179,12 +180,13 @@ var (
 	templateDir string
 )
 
-// CleanupTemplates removes the shared template bundle (called by TestMain
-// in e2e_test.go).
-func CleanupTemplates() {
+// TestMain removes the shared template bundle.
+func TestMain(m *testing.M) {
+	code := m.Run()
 	if templateDir != "" {
 		os.RemoveAll(filepath.Dir(templateDir))
 	}
+	os.Exit(code)
 }
 
 // fullBundle returns a fresh copy of a complete passing bundle, built once.

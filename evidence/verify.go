@@ -110,6 +110,9 @@ func VerifyBundle(dir, pinnedManifestSHA256 string) (res VerifyResult) {
 	if rep.Suite != SuiteName || rep.Version != ReportVersion {
 		bad("report: suite %q version %d, want %q version %d", rep.Suite, rep.Version, SuiteName, ReportVersion)
 	}
+	if rep.Binary.Unchanged != (rep.Binary.SHA256 != "" && rep.Binary.SHA256 == rep.Binary.SHA256End) {
+		bad("report: binary unchanged=%v contradicts its hashes %s and %s", rep.Binary.Unchanged, rep.Binary.SHA256, rep.Binary.SHA256End)
+	}
 	if rep.Fixture.SHA256 != FixtureSHA256() {
 		bad("report: case list sha256 %s differs from this verifier's %s", rep.Fixture.SHA256, FixtureSHA256())
 	}

@@ -81,6 +81,13 @@ Cases: ` + fmt.Sprint(evidence.CaseNames()),
 				fmt.Fprintf(w, " (a SUBSET of the cases: not full qualification)")
 			}
 			fmt.Fprintf(w, "\nmanifest sha256: %s\nsuite public key (keyid %s):\n%s", res.ManifestSHA256, res.Report.SuiteKeyID, res.SuitePublicKey)
+			if res.Report.Source.Mismatch {
+				fmt.Fprintf(w, "WARNING: declared source commit %q differs from the binary's embedded revision %q\n", res.Report.Source.Declared, res.Report.Source.Embedded)
+			}
+			if !res.Report.Binary.Unchanged {
+				fmt.Fprintf(w, "FAILED: the moat binary changed during the run (sha256 %s at start, %s at end)\n", res.Report.Binary.SHA256, res.Report.Binary.SHA256End)
+				return exitCode(1)
+			}
 			if s.Pass != len(res.Report.Cases) {
 				return exitCode(1)
 			}

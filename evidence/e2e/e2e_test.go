@@ -1,4 +1,7 @@
-package evidence_test
+// Package e2e runs the evidence suite and the demo against the real
+// sandbox. It lives apart from package evidence so that evidence's unit
+// tests do not depend on the whole CLI.
+package e2e
 
 import (
 	"bytes"
@@ -29,9 +32,7 @@ func TestMain(m *testing.M) {
 	case filepath.Base(os.Args[0]) == "moat-probe":
 		os.Exit(probe.Main(os.Args[1:], os.Stdout))
 	}
-	code := m.Run()
-	evidence.CleanupTemplates()
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 // bins copies the test binary to a world-readable directory as moat and
@@ -111,13 +112,15 @@ func TestRootEvidenceSuite(t *testing.T) {
 	}
 	checkNoSecrets(t, out, res.Credentials)
 
-	for _, tc := range evidence.TamperCases {
+	for _, tc := range evidence.Tampers {
 		t.Run("tamper/"+tc.Name, func(t *testing.T) {
 			cp := filepath.Join(t.TempDir(), "bundle")
 			if err := os.CopyFS(cp, os.DirFS(out)); err != nil {
 				t.Fatal(err)
 			}
-			tc.Apply(t, cp)
+			if err := tc.Apply(cp); err != nil {
+				t.Fatal(err)
+			}
 			if got := evidence.VerifyBundle(cp, "").ExitCode(); got != 1 {
 				t.Fatalf("got exit %d, want 1", got)
 			}
