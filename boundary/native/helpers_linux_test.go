@@ -73,6 +73,20 @@ func runAction(action string, args []string) int {
 			return 1
 		}
 		return 0
+	case "alloc":
+		// Touch n MiB; under a memory cgroup limit below that, the kernel
+		// kills the process.
+		n, _ := strconv.Atoi(args[0])
+		var keep [][]byte
+		for i := 0; i < n; i++ {
+			b := make([]byte, 1<<20)
+			for j := 0; j < len(b); j += 4096 {
+				b[j] = 1
+			}
+			keep = append(keep, b)
+		}
+		fmt.Println("allocated", len(keep))
+		return 0
 	case "forkmany":
 		n, _ := strconv.Atoi(args[0])
 		var started, failed int

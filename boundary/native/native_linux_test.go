@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/policy"
@@ -434,6 +436,9 @@ func TestStartHelper(t *testing.T) {
 func TestMechanismsAndLimits(t *testing.T) {
 	f := newFixture(t)
 	sb := f.prepare(t)
+	if d, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0); err != nil || d != 0 {
+		t.Errorf("supervisor dumpable after Prepare: got %d, %v; want 0", d, err)
+	}
 	m := sb.Mechanisms()
 	if !strings.HasPrefix(m.FilesystemConfinement, "mountns+landlock-v") || m.PrivilegeFloor == "" || m.EgressInterception == "" {
 		t.Errorf("mechanisms: got %+v", m)

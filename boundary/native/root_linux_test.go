@@ -108,3 +108,25 @@ func TestRootIdmappedGrant(t *testing.T) {
 		t.Errorf("the grant's owner changed on the host")
 	}
 }
+
+func TestRootMemoryLimit(t *testing.T) {
+	testenv.NeedRoot(t)
+	_, err := os.Stat(filepath.Join(cgroupRoot, "memory", "cgroup.procs"))
+	testenv.Need(t, err == nil, "no cgroup v1 memory controller at /sys/fs/cgroup/memory")
+	sw, _ := os.ReadFile("/proc/swaps")
+	testenv.Need(t, strings.Count(string(sw), "\n") <= 1, "swap is on: a memory limit without memsw would swap rather than kill")
+	f := newFixture(t)
+	f.pol.Process.Limits.Memory = 128 << 20
+	sb := f.prepare(t)
+	if !sb.Limits().Memory {
+		t.Fatalf("memory limit not enforced: %+v", sb.Limits())
+	}
+	// Control: a small allocation succeeds.
+	if code, out := f.run(t, sb, "alloc", "16"); code != 0 || !strings.Contains(out, "allocated 16") {
+		t.Fatalf("alloc 16 MiB under 128 MiB: exit %d, %q", code, out)
+	}
+	// Violation: more than the limit is killed.
+	if code, out := f.run(t, sb, "alloc", "512"); code != 128+int(syscall.SIGKILL) {
+		t.Errorf("alloc 512 MiB under 128 MiB: got exit %d (%q), want %d (killed)", code, out, 128+int(syscall.SIGKILL))
+	}
+}
