@@ -78,7 +78,12 @@ func TestAuditVerifyExitCodes(t *testing.T) {
 		return p
 	}
 	flipped := bytes.Clone(raw)
-	flipped[len(lines[0])-30] ^= 0x01 // inside line 1's signature
+	// Change one base64 character inside line 1's signature to another.
+	if at := len(lines[0]) - 30; flipped[at] == 'A' {
+		flipped[at] = 'B'
+	} else {
+		flipped[at] = 'A'
+	}
 	other := filepath.Join(t.TempDir(), "other")
 	w2, err := audit.Create(other, "other")
 	if err != nil {
@@ -99,7 +104,7 @@ func TestAuditVerifyExitCodes(t *testing.T) {
 		{"garbage after terminal", write("j", append(bytes.Clone(raw), "x\n"...)), pub, 1, "line 6: data after the terminal record"},
 		{"wrong key", journal, filepath.Join(other, audit.PublicKeyFile), 1, "line 1: wrong key"},
 		{"missing journal", filepath.Join(dir, "nope"), pub, 1, "reading the journal"},
-		{"not a key", journal, journal, 1, "no PEM block"},
+		{"not a key", journal, journal, 1, "not a PEM file"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
