@@ -200,3 +200,37 @@ func TestDemo(t *testing.T) {
 		t.Error("an escape was answered by the provider")
 	}
 }
+
+// TestEvidenceCatchesLyingBackend runs cases against moat built with the
+// test-only "lying" backend (MOAT_LYING_BIN, built by scripts/test with
+// -tags moat_lying_backend): it reaches Ready through a real measurement
+// but runs the workload unconfined. The suite must fail those cases from
+// its own observations; TestEvidenceSubset is the same setup with the real
+// backend, passing.
+func TestEvidenceCatchesLyingBackend(t *testing.T) {
+	lying := os.Getenv("MOAT_LYING_BIN")
+	testenv.Need(t, lying != "", "MOAT_LYING_BIN names a moat built with -tags moat_lying_backend (scripts/test builds it)")
+	_, probeBin := bins(t)
+	out := filepath.Join(t.TempDir(), "bundle")
+	var progress bytes.Buffer
+	res, err := evidence.Run(context.Background(), evidence.Options{Out: out, Binary: lying, Probe: probeBin, Backend: "lying",
+		Cases: []string{"direct-network", "allowed-inference-canary"}, Progress: &progress})
+	t.Logf("progress:\n%s", progress.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range res.Report.Cases {
+		if c.Outcome != evidence.OutcomeFail {
+			t.Errorf("%s: got %s, want fail against an unconfined workload", c.Name, c.Outcome)
+		}
+		if c.Observations.NetNSPrivate == nil || *c.Observations.NetNSPrivate {
+			t.Errorf("%s: the host did not observe the shared network namespace", c.Name)
+		}
+	}
+	if hits := res.Report.Cases[1].Observations.ReceiverHits; hits[evidence.RecvTCP] == 0 || hits[evidence.RecvUnix] == 0 {
+		t.Errorf("direct-network: receivers observed %v, want TCP and Unix deliveries", hits)
+	}
+	if got := evidence.VerifyBundle(out, res.ManifestSHA256).ExitCode(); got != 2 {
+		t.Errorf("a failing subset bundle still verifies as a subset: got exit %d, want 2", got)
+	}
+}
