@@ -245,6 +245,14 @@ func (sb *sandbox) startInit(ctx context.Context, cfg *initConfig, hostUID, host
 	}
 	if cfg.OpenFiles > 0 {
 		sb.limits.OpenFiles = true
+		var cur unix.Rlimit
+		if unix.Getrlimit(unix.RLIMIT_NOFILE, &cur) == nil && cfg.OpenFiles > cur.Max {
+			note := fmt.Sprintf("open_files %d is above moat's own hard limit; processes get %d", cfg.OpenFiles, cur.Max)
+			if sb.limits.Detail != "" {
+				note = sb.limits.Detail + "; " + note
+			}
+			sb.limits.Detail = note
+		}
 	}
 	if err := sb.sendIdmapped(cfg, cmd.Process.Pid, hostUID, hostGID); err != nil {
 		return err
