@@ -45,7 +45,9 @@ func Probe(ctx context.Context, backend string) ProbeResult {
 			return res
 		}
 	}
-	os.Chmod(ws, 0o755)
+	// A throwaway workspace any backend's workload uid may write (native
+	// maps to the owner or 65534, gVisor runs as the policy's uid).
+	os.Chmod(ws, 0o777)
 	pol := policy.Default()
 	pol.Backend = backend
 	pol.Filesystem.ReadWrite = []string{ws}
