@@ -31,6 +31,10 @@ func BenchmarkAppend(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	b.StopTimer()
+	w.syncMu.Lock()
+	b.ReportMetric(float64(w.nsync)/float64(b.N), "fsyncs/op")
+	w.syncMu.Unlock()
 }
 
 // BenchmarkAppendParallel is many appenders sharing fsyncs (group commit);
@@ -48,6 +52,10 @@ func BenchmarkAppendParallel(b *testing.B) {
 			}
 		}
 	})
+	b.StopTimer()
+	w.syncMu.Lock()
+	b.ReportMetric(float64(w.nsync)/float64(b.N), "fsyncs/op")
+	w.syncMu.Unlock()
 }
 
 // BenchmarkAppendNoSync isolates the CPU cost of Append (encode, sign,
