@@ -36,6 +36,19 @@ type BoundaryConfirmed struct {
 	Ready      bool                `json:"ready"`
 	Properties boundary.Properties `json:"properties"`
 	Reason     string              `json:"reason,omitempty"` // why not ready
+	// Checks are the measurement's individual attempts: each violation
+	// tried and each positive control, with what came of it.
+	Checks []Check `json:"checks,omitempty"`
+}
+
+// Check is one attempted action of the boundary measurement.
+type Check struct {
+	Property string `json:"property"`
+	Name     string `json:"name"`
+	Kind     string `json:"kind"` // violation | control
+	OK       bool   `json:"ok"`   // the safe outcome: a violation that failed, a control that worked
+	Outcome  string `json:"outcome"`
+	Detail   string `json:"detail,omitempty"`
 }
 
 // Attribution identifies the process that made a broker connection, or says

@@ -44,6 +44,7 @@ type Session struct {
 	sb       boundary.Sandbox
 	brk      *broker.Broker
 	stateDir string
+	checks   []audit.Check
 	nproc    atomic.Int64
 	fatal    chan string
 
@@ -142,11 +143,12 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, getenv func(str
 	if err != nil {
 		return err
 	}
-	props, _, err := measure.Confirm(ctx, sb, measure.Config{
+	props, rep, err := measure.Confirm(ctx, sb, measure.Config{
 		BrokerPort: li.Port, ReadWrite: pol.Filesystem.ReadWrite, ReadOnly: pol.Filesystem.ReadOnly,
 		HostSecrets: secrets, RequireAttribution: pol.Inference.RequireAttribution,
 	})
 	s.Properties = props
+	s.checks = checksOf(rep)
 	if err != nil {
 		msg := fmt.Sprintf("confirmation of backend %s failed: %v", be.Name(), err)
 		s.confirmFailed(props, msg)
@@ -159,7 +161,7 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, getenv func(str
 		s.confirmFailed(props, err.Error())
 		return &RefusedError{Msg: err.Error() + " (the workload was not started)"}
 	}
-	if _, err := s.w.Append(audit.BoundaryConfirmed{Ready: true, Properties: props}); err != nil {
+	if _, err := s.w.Append(audit.BoundaryConfirmed{Ready: true, Properties: props, Checks: s.checks}); err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
 	creds := map[string]string{}
@@ -192,7 +194,19 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, getenv func(str
 }
 
 func (s *Session) confirmFailed(props boundary.Properties, why string) {
-	s.w.Append(audit.BoundaryConfirmed{Ready: false, Properties: props, Reason: why})
+	s.w.Append(audit.BoundaryConfirmed{Ready: false, Properties: props, Reason: why, Checks: s.checks})
+}
+
+// checksOf turns the measurement's report into journal checks.
+func checksOf(rep *measure.Report) []audit.Check {
+	if rep == nil {
+		return nil
+	}
+	out := make([]audit.Check, 0, len(rep.Checks))
+	for _, c := range rep.Checks {
+		out = append(out, audit.Check{Property: c.Property, Name: c.Name, Kind: c.Kind, OK: c.OK, Outcome: c.Outcome, Detail: c.Detail})
+	}
+	return out
 }
 
 // Env is the workload environment: the policy's env plus the broker's
