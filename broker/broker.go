@@ -20,6 +20,7 @@ import (
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/broker/wire"
 	"github.com/moat-sandbox/moat/policy"
+	"golang.org/x/sync/semaphore"
 )
 
 // Timeouts and connection limits of the front.
@@ -33,7 +34,18 @@ const (
 	WriteTimeout = time.Minute
 	// MaxConns caps concurrent worker connections; more are closed at once.
 	MaxConns = 256
+	// MaxBufferedBytes caps the request and response bytes that all
+	// connections together may hold in the supervisor's memory (the
+	// sandbox's memory limit does not cover the broker). A request that
+	// cannot get its share within the read timeout is refused.
+	MaxBufferedBytes = 256 << 20
+	// bodyCopies is what one request body byte costs: the bytes read plus
+	// the canonical copy that is forwarded.
+	bodyCopies = 2
 )
+
+// ReasonBusy refuses a request while the broker's memory budget is spent.
+const ReasonBusy = "broker_busy"
 
 // Journal is where the broker writes its records. *audit.Writer implements
 // it: Append returns the exact line once it is durable, and fails for ever
@@ -78,6 +90,8 @@ type Broker struct {
 	fatalMu  sync.Mutex
 	fatalErr error // guarded by fatalMu; set once
 	failed   atomic.Bool
+	mem      *semaphore.Weighted // memLimit
+	memLimit int64               // MaxBufferedBytes; tests shrink it
 
 	// Timeouts, from the constants; tests shorten them.
 	idleTimeout, readTimeout time.Duration
@@ -111,6 +125,7 @@ func New(cfg Config) (*Broker, error) {
 		b.log = slog.New(slog.DiscardHandler)
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.setMemLimit(MaxBufferedBytes)
 	b.journal.Store(true)
 	for _, api := range []string{wire.APIAnthropicMessages, wire.APIOpenAIChat, wire.APIOpenAIResponses} {
 		var ps []*provider
@@ -269,9 +284,46 @@ func (b *Broker) attribute(c net.Conn) audit.Attribution {
 
 // conn is one worker connection.
 type conn struct {
-	c  net.Conn
-	br *bufio.Reader
-	bw *bufio.Writer
+	c      net.Conn
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	charge *charge // the memory charged for the current request
+}
+
+// charge is one request's share of MaxBufferedBytes.
+type charge struct {
+	b        *Broker
+	deadline time.Time
+	n        int64
+}
+
+// take charges n body bytes (times bodyCopies), waiting until the deadline.
+func (c *charge) take(n int64) error {
+	return c.takeRaw(n * bodyCopies)
+}
+
+func (c *charge) takeRaw(n int64) error {
+	if c.n+n > c.b.memLimit {
+		return refuse(ReasonBodyTooLarge, 413, "the request and its response need more than %d bytes of broker memory", c.b.memLimit)
+	}
+	ctx, cancel := context.WithDeadline(c.b.ctx, c.deadline)
+	defer cancel()
+	if err := c.b.mem.Acquire(ctx, n); err != nil {
+		return refuse(ReasonBusy, 503, "the broker is busy with other large requests; retry later")
+	}
+	c.n += n
+	return nil
+}
+
+func (b *Broker) setMemLimit(n int64) {
+	b.memLimit, b.mem = n, semaphore.NewWeighted(n)
+}
+
+func (c *charge) release() {
+	if c.n > 0 {
+		c.b.mem.Release(c.n)
+		c.n = 0
+	}
 }
 
 func (w *conn) Write(p []byte) (int, error) {
@@ -287,10 +339,13 @@ func (b *Broker) serveConn(c net.Conn) {
 		if _, err := w.br.Peek(1); err != nil {
 			return // closed or idle between requests: not a request
 		}
-		c.SetReadDeadline(time.Now().Add(b.readTimeout))
-		req, err := readRequest(w.br, w)
+		deadline := time.Now().Add(b.readTimeout)
+		c.SetReadDeadline(deadline)
+		ch := &charge{b: b, deadline: deadline}
+		req, err := readRequest(w.br, w, ch.take)
 		c.SetReadDeadline(time.Time{})
 		if err != nil {
+			ch.release()
 			var fe *frontError
 			if !errors.As(err, &fe) {
 				return
@@ -298,7 +353,10 @@ func (b *Broker) serveConn(c net.Conn) {
 			b.refuse(w, "", newRequestID(), "", "", fe)
 			return
 		}
-		if !b.handle(w, req) || req.close {
+		w.charge = ch
+		keep := b.handle(w, req)
+		ch.release()
+		if !keep || req.close {
 			return
 		}
 	}
@@ -350,12 +408,18 @@ func (b *Broker) handle(w *conn, req *request) bool {
 			"provider %q has no credential: the operator must set %s in moat's environment", p.name, p.credEnv))
 		return false
 	}
+	att := b.attribute(w.c)
+	if b.cfg.Policy.Inference.RequireAttribution && att.Status != "resolved" {
+		b.refuse(w, rt.api, id, p.name, rt.endpoint, refuse(ReasonUnattributed, 403,
+			"the policy requires every request to be attributed to a process, and this connection could not be (%s)", clip(att.Reason)))
+		return false
+	}
 	if !b.reserve() {
 		b.refuse(w, rt.api, id, p.name, rt.endpoint, refuse(ReasonAllowanceExhausted, 429,
 			"the run's request allowance (max_requests %d) is used up; no further model requests are possible in this run", b.maxReq))
 		return false
 	}
-	return b.forward(w, rt, p, req, adm, fwd, id)
+	return b.forward(w, rt, p, req, adm, fwd, id, att)
 }
 
 // reserve takes one unit of the run's allowance; a reservation is never
@@ -405,6 +469,7 @@ const (
 	ReasonProviderUnconfigured = "provider_unconfigured"
 	ReasonAllowanceExhausted   = "allowance_exhausted"
 	ReasonRunFailed            = "run_failed"
+	ReasonUnattributed         = "unattributed" // require_attribution and the connection's process is unknown
 	ReasonInternal             = "internal_error"
 )
 
@@ -413,10 +478,8 @@ const (
 func (b *Broker) refuse(w *conn, api, id, provider, endpoint string, fe *frontError) {
 	msg := "moat: refused: " + fe.Msg
 	b.log.Info("moat.broker refused", "request_id", id, "reason", fe.Code, "provider", provider, "endpoint", endpoint, "detail", fe.Msg)
-	if fe.Code != ReasonRunFailed || b.journal.Load() {
-		b.append(audit.InferenceRefused{RequestID: id, Reason: fe.Code, Detail: msg,
-			Provider: provider, Endpoint: endpoint, Attribution: b.attribute(w.c)})
-	}
+	b.append(audit.InferenceRefused{RequestID: id, Reason: fe.Code, Detail: msg,
+		Provider: provider, Endpoint: endpoint, Attribution: b.attribute(w.c)}) // a no-op once the journal failed
 	writeError(w.bw, api, fe.Status, fe.Code, msg, id)
 }
 

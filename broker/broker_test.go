@@ -643,6 +643,33 @@ func TestAttribution(t *testing.T) {
 	}
 }
 
+// TestRequireAttribution: with require_attribution, an unattributed
+// connection is refused before its allowance is taken; an attributed one
+// in the same setup succeeds.
+func TestRequireAttribution(t *testing.T) {
+	var mu sync.Mutex
+	att := fixedAttributor{Status: "unavailable", Reason: "socket owner exited"}
+	h := newHarness(t, 1, func(c *Config) {
+		c.Policy.Inference.RequireAttribution = true
+		c.Attributor = attributorFunc(func(net.Conn) audit.Attribution {
+			mu.Lock()
+			defer mu.Unlock()
+			return audit.Attribution(att)
+		})
+	})
+	if r := h.raw(post("/v1/messages", anthropicBody)); r.status != 403 || r.header.Get("Moat-Reason") != ReasonUnattributed {
+		t.Errorf("unattributed: status %d reason %q, want 403 %s", r.status, r.header.Get("Moat-Reason"), ReasonUnattributed)
+	}
+	mu.Lock()
+	att = fixedAttributor{Status: "resolved", PID: 7, Executable: "/bin/agent"}
+	mu.Unlock()
+	h.mustSucceed() // allowance 1: the refusal did not consume it
+}
+
+type attributorFunc func(net.Conn) audit.Attribution
+
+func (f attributorFunc) Attribute(c net.Conn) audit.Attribution { return f(c) }
+
 type fixedAttributor audit.Attribution
 
 func (f fixedAttributor) Attribute(net.Conn) audit.Attribution { return audit.Attribution(f) }
@@ -654,5 +681,49 @@ func TestWorkloadEnv(t *testing.T) {
 		"OPENAI_BASE_URL=http://127.0.0.1:4711/v1", "OPENAI_API_KEY=" + Placeholder}
 	if !slices.Equal(got, want) {
 		t.Errorf("WorkloadEnv = %v, want %v", got, want)
+	}
+}
+
+// TestMemoryBudget: requests share one budget of buffered bytes; a request
+// that needs more than is free waits, then is refused; once the budget is
+// free again a request succeeds.
+func TestMemoryBudget(t *testing.T) {
+	body := func(n int) string {
+		return strings.Replace(anthropicBody, `"content":"hi"`, `"content":"`+strings.Repeat("x", n)+`"`, 1)
+	}
+	big, small := body(8000), body(1000)
+	h := newHarness(t, 10, func(b *Broker) {
+		b.setMemLimit(int64(bodyCopies*len(big) + 1000))
+		b.readTimeout = 500 * time.Millisecond
+	})
+	hold := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(hold) }) }
+	defer release()
+	h.fp.setRespond(func(w http.ResponseWriter, r *http.Request, b []byte) {
+		if len(b) > 5000 {
+			<-hold
+		}
+		defaultRespond(w, r, b)
+	})
+	done := make(chan result)
+	go func() { done <- h.raw(post("/v1/messages", big)) }()
+	for h.fp.count() == 0 { // the big request is charged and at the provider
+		time.Sleep(5 * time.Millisecond)
+	}
+	r := h.raw(post("/v1/messages", small))
+	if r.status != 503 || r.header.Get("Moat-Reason") != ReasonBusy {
+		t.Errorf("request over the free budget: status %d reason %q, want 503 %s", r.status, r.header.Get("Moat-Reason"), ReasonBusy)
+	}
+	over := fmt.Sprintf("POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n", h.b.memLimit)
+	if r := h.raw(over); r.status != 413 {
+		t.Errorf("request larger than the whole budget: status %d, want 413", r.status)
+	}
+	release()
+	if r := <-done; r.status != 200 {
+		t.Errorf("the big request: status %d, want 200", r.status)
+	}
+	if r := h.raw(post("/v1/messages", small)); r.status != 200 {
+		t.Errorf("small request after the budget was released: status %d, want 200", r.status)
 	}
 }

@@ -97,7 +97,10 @@ func (r *request) get(name string) (string, bool) {
 // resolving it. When the client sent "Expect: 100-continue", the interim
 // response is written to cont before the body is read. The error is a
 // *frontError, or io.EOF when the connection ended before a request began.
-func readRequest(br *bufio.Reader, cont io.Writer) (*request, error) {
+//
+// charge, when not nil, is called with the number of body bytes about to
+// be buffered, before they are read; its error refuses the request.
+func readRequest(br *bufio.Reader, cont io.Writer, charge func(n int64) error) (*request, error) {
 	budget := MaxHeaderBytes
 	line, err := readLine(br, &budget)
 	if err != nil {
@@ -136,13 +139,21 @@ func readRequest(br *bufio.Reader, cont io.Writer) (*request, error) {
 	if err != nil {
 		return nil, err
 	}
+	if charge == nil {
+		charge = func(int64) error { return nil }
+	}
+	if !chunked && length > 0 {
+		if err := charge(int64(length)); err != nil {
+			return nil, err
+		}
+	}
 	if expect && (chunked || length > 0) {
 		if _, err := io.WriteString(cont, "HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
 			return nil, refuse(ReasonTruncated, 400, "connection failed: %v", err)
 		}
 	}
 	if chunked {
-		req.body, err = readChunked(br)
+		req.body, err = readChunked(br, charge)
 	} else {
 		req.body, err = readFixed(br, length)
 	}
@@ -365,7 +376,7 @@ func readFixed(br *bufio.Reader, n int) ([]byte, error) {
 // readChunked de-chunks a body. Chunk extensions and trailer fields are
 // refused: no client moat serves needs them, and both have been the seat of
 // request-smuggling bugs.
-func readChunked(br *bufio.Reader) ([]byte, error) {
+func readChunked(br *bufio.Reader, charge func(int64) error) ([]byte, error) {
 	var body []byte
 	for {
 		budget := MaxLineBytes
@@ -393,6 +404,9 @@ func readChunked(br *bufio.Reader) ([]byte, error) {
 		}
 		if int64(len(body))+size > MaxBodyBytes {
 			return nil, refuse(ReasonBodyTooLarge, 413, "request body is over the limit of %d bytes", MaxBodyBytes)
+		}
+		if err := charge(size); err != nil {
+			return nil, err
 		}
 		start := len(body)
 		body = append(body, make([]byte, size)...)

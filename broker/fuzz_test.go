@@ -19,7 +19,7 @@ func FuzzReadRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		src := bytes.NewReader(data)
 		br := bufio.NewReaderSize(src, frontBufferBytes)
-		req, err := readRequest(br, io.Discard)
+		req, err := readRequest(br, io.Discard, nil)
 		if err != nil {
 			if _, ok := err.(*frontError); !ok && err != io.EOF {
 				t.Fatalf("error of type %T: %v", err, err)

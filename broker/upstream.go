@@ -15,6 +15,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/broker/wire"
@@ -38,12 +39,12 @@ const (
 // forward sends one admitted request: pre-effect record first, then the
 // request, then the scanned response. It reports whether the connection may
 // be kept.
-func (b *Broker) forward(w *conn, rt *route, p *provider, req *request, adm *wire.Request, fwd http.Header, id string) bool {
+func (b *Broker) forward(w *conn, rt *route, p *provider, req *request, adm *wire.Request, fwd http.Header, id string, att audit.Attribution) bool {
 	sum := sha256.Sum256(adm.Canonical)
 	line, ok := b.append(audit.InferenceRequested{
 		RequestID: id, Provider: p.name, API: rt.api, Endpoint: rt.endpoint, Model: adm.Model,
 		BodySHA256: hex.EncodeToString(sum[:]), ReservedTokens: adm.MaxTokens, Stream: adm.Stream,
-		Attribution: b.attribute(w.c),
+		Attribution: att,
 	})
 	if !ok {
 		// No durable record, no request.
@@ -99,12 +100,14 @@ func (b *Broker) forward(w *conn, rt *route, p *provider, req *request, adm *wir
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "text/event-stream" {
 		return b.stream(w, rt.api, id, p, resp.StatusCode, hdr, body, req.close)
 	}
-	data, err := io.ReadAll(io.LimitReader(body, MaxResponseBytes+1))
-	if err != nil {
+	w.charge.deadline = time.Now().Add(b.readTimeout)
+	data, err := b.readResponse(w, body)
+	var fe *frontError
+	switch {
+	case errors.As(err, &fe):
+		return b.failRequest(w, rt.api, id, fe.Code, 502, fe.Msg)
+	case err != nil:
 		return b.failRequest(w, rt.api, id, ReasonUpstreamError, 502, fmt.Sprintf("reading the response of provider %q failed: %v", p.name, scrub(err.Error(), p.cred)))
-	}
-	if len(data) > MaxResponseBytes {
-		return b.failRequest(w, rt.api, id, ReasonResponseTooLarge, 502, fmt.Sprintf("the response of provider %q is larger than %d bytes", p.name, MaxResponseBytes))
 	}
 	if containsCredential(p.cred, data) {
 		return b.withhold(w, rt.api, id, "the response body")
@@ -117,6 +120,31 @@ func (b *Broker) forward(w *conn, rt *route, p *provider, req *request, adm *wir
 	}
 	b.log.Info("moat.broker completed", "request_id", id, "provider", p.name, "endpoint", rt.endpoint, "status", resp.StatusCode)
 	return writeFull(w.bw, resp.StatusCode, hdr, data, req.close) == nil
+}
+
+// readResponse buffers a decoded response, charging it to the memory
+// budget as it grows.
+func (b *Broker) readResponse(w *conn, body io.Reader) ([]byte, error) {
+	var data []byte
+	buf := make([]byte, streamReadBytes)
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			if len(data)+n > MaxResponseBytes {
+				return nil, refuse(ReasonResponseTooLarge, 502, "the response is larger than %d bytes", MaxResponseBytes)
+			}
+			if cerr := w.charge.takeRaw(int64(n)); cerr != nil {
+				return nil, cerr
+			}
+			data = append(data, buf[:n]...)
+		}
+		if err == io.EOF {
+			return data, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 // stream passes an SSE response through as it arrives. Bytes are released
