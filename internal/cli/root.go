@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/debug"
 
 	"github.com/spf13/cobra"
 
@@ -71,6 +72,7 @@ hash-chained journal before the request leaves.`,
   moat audit verify .moat/runs/<run>/journal.jsonl --pubkey .moat/runs/<run>/pubkey.pem`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       Version(),
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
 	for _, f := range commands {
@@ -100,4 +102,28 @@ func Main(args []string) int {
 	// Flag and argument errors from cobra.
 	fmt.Fprintf(os.Stderr, "moat: %v\n", err)
 	return exitUsage
+}
+
+// Version is the module version and VCS revision embedded at build time.
+func Version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	rev, dirty := "", ""
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+dirty"
+			}
+		}
+	}
+	if rev != "" {
+		return fmt.Sprintf("%s (%s%s)", v, rev, dirty)
+	}
+	return v
 }

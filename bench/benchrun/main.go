@@ -1,0 +1,327 @@
+// Command benchrun measures moat beside the tools a user would pick
+// instead, on the same machine in the same run, and writes RESULTS.md.
+// It is started by bench/run; see bench/README.md for what it measures.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+var (
+	moat    = flag.String("moat", "", "moat binary")
+	work    = flag.String("work", "", "scratch directory (world-traversable)")
+	outPath = flag.String("out", "bench/RESULTS.md", "results file")
+	quick   = os.Getenv("QUICK") == "1"
+)
+
+// row is one line of the results table.
+type row struct {
+	what, moat, peer, ratio, target, verdict string
+}
+
+var rows []row
+var notes []string
+
+func main() {
+	flag.Parse()
+	start := time.Now()
+	ws := filepath.Join(*work, "workspace")
+	os.MkdirAll(ws, 0o777)
+	os.Chmod(ws, 0o777)
+	if os.Geteuid() == 0 {
+		os.Chown(ws, 65534, 65534)
+	}
+	pol := filepath.Join(*work, "policy.yaml")
+	os.WriteFile(pol, []byte(fmt.Sprintf("version: 1\nfilesystem:\n  read_only: [/usr, /bin, /lib, /lib64]\n  read_write: [%s]\naudit:\n  dir: %s\n", ws, filepath.Join(*work, "audit"))), 0o644)
+
+	coldStart(pol, ws)
+	brokerBench()
+	scale(pol)
+
+	writeResults(time.Since(start))
+}
+
+func run(name string, args ...string) (string, error) {
+	cmd := exec.Command(name, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// hyperfine runs the commands and returns their medians in seconds.
+func hyperfine(cmds ...string) ([]float64, error) {
+	js := filepath.Join(*work, "hf.json")
+	runs := "15"
+	if quick {
+		runs = "5"
+	}
+	args := append([]string{"--warmup", "2", "--runs", runs, "-N", "--export-json", js}, cmds...)
+	if out, err := run("hyperfine", args...); err != nil {
+		return nil, fmt.Errorf("hyperfine: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(js)
+	if err != nil {
+		return nil, err
+	}
+	var r struct {
+		Results []struct {
+			Median float64 `json:"median"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, err
+	}
+	var m []float64
+	for _, x := range r.Results {
+		m = append(m, x.Median)
+	}
+	return m, nil
+}
+
+func ms(s float64) string { return fmt.Sprintf("%.1f ms", s*1000) }
+
+func coldStart(pol, ws string) {
+	bwrap := fmt.Sprintf("bwrap --unshare-all --die-with-parent --new-session --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib --symlink usr/lib64 /lib64 --bind %s %s --proc /proc --dev /dev --tmpfs /tmp --cap-drop ALL --uid 1000 --gid 1000 /bin/true", ws, ws)
+	m, err := hyperfine(*moat+" run --policy "+pol+" -- /bin/true", bwrap)
+	if err != nil {
+		notes = append(notes, "cold start (native): "+err.Error())
+	} else {
+		add("cold start: moat run (native) vs bwrap", ms(m[0]), ms(m[1]), m[0]/m[1], "≤ 2×", m[0]/m[1] <= 2)
+	}
+	if os.Geteuid() != 0 {
+		notes = append(notes, "cold start (gVisor): skipped, the gvisor backend needs root here")
+		return
+	}
+	m, err = hyperfine(*moat+" run --backend gvisor --policy "+pol+" -- /bin/true", "runsc --network=none do /bin/true")
+	if err != nil {
+		notes = append(notes, "cold start (gVisor): "+err.Error())
+		return
+	}
+	add("cold start: moat run --backend gvisor vs runsc do", ms(m[0]), ms(m[1]), m[0]/m[1], "(no target)", true)
+}
+
+func add(what, a, b string, ratio float64, target string, ok bool) {
+	v := "meets"
+	if !ok {
+		v = "MISSES"
+	}
+	rows = append(rows, row{what, a, b, fmt.Sprintf("%.2f", ratio), target, v})
+}
+
+// benchLine matches `BenchmarkX/sub-2   N   123 ns/op   4.5 req/s …`.
+var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
+
+// goBench runs Go benchmarks and returns metric values by benchmark name.
+func goBench(pkg, pattern, benchtime string) map[string]map[string]float64 {
+	out, err := run("go", "test", "-run", "^$", "-bench", pattern, "-benchtime", benchtime, pkg)
+	res := map[string]map[string]float64{}
+	if err != nil {
+		notes = append(notes, fmt.Sprintf("go test -bench %s %s: %v\n%s", pattern, pkg, err, out))
+		return res
+	}
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		m := benchLine.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		f := strings.Fields(m[2])
+		vals := map[string]float64{}
+		for i := 0; i+1 < len(f); i += 2 {
+			if v, err := strconv.ParseFloat(f[i], 64); err == nil {
+				vals[f[i+1]] = v
+			}
+		}
+		res[m[1]] = vals
+	}
+	return res
+}
+
+func brokerBench() {
+	bt := "3s"
+	if quick {
+		bt = "1s"
+	}
+	r := goBench("./broker", "BenchmarkLatency|BenchmarkFsync|BenchmarkSSETTFB", bt)
+	direct, broker := r["BenchmarkLatency/direct"], r["BenchmarkLatency/broker"]
+	fsync := r["BenchmarkFsync"]
+	if direct != nil && broker != nil && fsync != nil {
+		for _, q := range []string{"p50-ns", "p99-ns"} {
+			d, b := direct[q], broker[q]
+			if d == 0 || b == 0 {
+				continue
+			}
+			over := (b - d) / 1e6
+			f := fsync[strings.Replace(q, "-ns", "-ns", 1)]
+			if f == 0 {
+				f = fsync["ns/op"]
+			}
+			// A brokered request makes two durable appends (requested and
+			// completed); the floor is two fsyncs.
+			target := 2*f/1e6 + 0.25
+			add(fmt.Sprintf("broker overhead %s (vs direct; fsync %s %.2f ms ×2)", strings.TrimSuffix(q, "-ns"), strings.TrimSuffix(q, "-ns"), f/1e6),
+				fmt.Sprintf("%.2f ms", b/1e6), fmt.Sprintf("%.2f ms", d/1e6), b/d,
+				fmt.Sprintf("overhead ≤ %.2f ms", target), over <= target)
+		}
+	} else {
+		notes = append(notes, "broker latency: benchmark results missing")
+	}
+	d, b := r["BenchmarkSSETTFB/direct"], r["BenchmarkSSETTFB/broker"]
+	if d != nil && b != nil {
+		over := (b["ttfb-ns"] - d["ttfb-ns"]) / 1e6
+		add("streaming TTFB (SSE) vs direct", fmt.Sprintf("%.2f ms", b["ttfb-ns"]/1e6), fmt.Sprintf("%.2f ms", d["ttfb-ns"]/1e6),
+			b["ttfb-ns"]/d["ttfb-ns"], "overhead < 1 ms", over < 1)
+	}
+	t := goBench("./broker", "BenchmarkThroughput", bt)
+	for _, c := range []int{1, 8, 32} {
+		bk, rp := t[fmt.Sprintf("BenchmarkThroughput/broker/conns=%d", c)], t[fmt.Sprintf("BenchmarkThroughput/reverseproxy/conns=%d", c)]
+		if bk == nil || rp == nil {
+			continue
+		}
+		target, ok := "(no target)", true
+		if c == 32 {
+			target, ok = "≥ 0.8×", bk["req/s"]/rp["req/s"] >= 0.8
+		}
+		add(fmt.Sprintf("throughput, %d connections, vs httputil.ReverseProxy", c), fmt.Sprintf("%.0f req/s", bk["req/s"]), fmt.Sprintf("%.0f req/s", rp["req/s"]),
+			bk["req/s"]/rp["req/s"], target, ok)
+	}
+}
+
+// scale creates n sandboxes at once and reports the time until all are
+// Ready and the resident memory per sandbox (supervisor with its broker,
+// plus the sandbox's init).
+func scale(pol string) {
+	for _, n := range []int{1, 50} {
+		if quick && n > 10 {
+			n = 10
+		}
+		state := filepath.Join(*work, fmt.Sprintf("state-%d", n))
+		env := append(os.Environ(), "MOAT_STATE_DIR="+state)
+		t0 := time.Now()
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		failed := 0
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cmd := exec.Command(*moat, "sandbox", "create", "--name", fmt.Sprintf("b%d", i), "--policy", pol)
+				cmd.Env = env
+				if out, err := cmd.CombinedOutput(); err != nil {
+					mu.Lock()
+					failed++
+					if failed == 1 {
+						notes = append(notes, fmt.Sprintf("sandbox create: %v: %s", err, out))
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		elapsed := time.Since(t0)
+		var rss []float64
+		for i := range n {
+			cmd := exec.Command(*moat, "sandbox", "get", fmt.Sprintf("b%d", i), "-o", "json")
+			cmd.Env = env
+			out, err := cmd.Output()
+			if err != nil {
+				continue
+			}
+			var st struct {
+				SupervisorPID int `json:"supervisor_pid"`
+				HostPID       int `json:"host_pid"`
+			}
+			json.Unmarshal(out, &st)
+			rss = append(rss, rssMiB(st.SupervisorPID)+rssMiB(st.HostPID))
+		}
+		for i := range n {
+			cmd := exec.Command(*moat, "sandbox", "delete", fmt.Sprintf("b%d", i))
+			cmd.Env = env
+			cmd.Run()
+		}
+		sort.Float64s(rss)
+		med := 0.0
+		if len(rss) > 0 {
+			med = rss[len(rss)/2]
+		}
+		add(fmt.Sprintf("%d sandboxes at once: time to all Ready; RSS per sandbox (median)", n),
+			fmt.Sprintf("%.2f s; %.1f MiB", elapsed.Seconds(), med), "-", 0, "< 30 MiB per sandbox", med > 0 && med < 30 && failed == 0)
+	}
+}
+
+func rssMiB(pid int) float64 {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			f := strings.Fields(v)
+			kb, _ := strconv.ParseFloat(f[0], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+func version(name string, args ...string) string {
+	out, err := run(name, args...)
+	if err != nil {
+		return "not found"
+	}
+	return strings.TrimSpace(strings.SplitN(out, "\n", 2)[0])
+}
+
+func writeResults(took time.Duration) {
+	var b strings.Builder
+	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	cpu := "unknown"
+	if f, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(f), "\n") {
+			if v, ok := strings.CutPrefix(l, "model name"); ok {
+				cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	fmt.Fprintf(&b, "# moat benchmark results\n\n")
+	fmt.Fprintf(&b, "Written by `bench/run` on %s (took %s). Every figure below comes from this one run on this machine.\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), took.Round(time.Second))
+	fmt.Fprintf(&b, "- machine: %s, %d cores, %s\n", cpu, runtime.NumCPU(), runtime.GOARCH)
+	fmt.Fprintf(&b, "- kernel: %s\n", strings.TrimSpace(string(kernel)))
+	fmt.Fprintf(&b, "- moat: %s; go: %s\n", version(*moat, "--version"), runtime.Version())
+	fmt.Fprintf(&b, "- bwrap: %s; runsc: %s; hyperfine: %s\n", version("bwrap", "--version"), version("runsc", "--version"), version("hyperfine", "--version"))
+	fmt.Fprintf(&b, "- ran as uid %d\n\n", os.Geteuid())
+	fmt.Fprintf(&b, "| measurement | moat | peer / baseline | ratio | target | verdict |\n|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.what, r.moat, r.peer, r.ratio, r.target, r.verdict)
+	}
+	if len(notes) > 0 {
+		fmt.Fprintf(&b, "\n## Notes from this run\n\n")
+		for _, n := range notes {
+			fmt.Fprintf(&b, "- %s\n", strings.ReplaceAll(strings.TrimSpace(n), "\n", " "))
+		}
+	}
+	fmt.Print(b.String())
+	if err := os.WriteFile(*outPath, []byte(b.String()), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
