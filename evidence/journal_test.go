@@ -3,6 +3,8 @@ package evidence
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -76,4 +78,22 @@ func FuzzCheckPreEffect(f *testing.F) {
 	f.Add([]byte(line), []byte("b"))
 	pub := j.pub()
 	f.Fuzz(func(t *testing.T, line, body []byte) { checkPreEffect(line, body, "run-p", pub) })
+}
+
+// FuzzObserveEvents feeds arbitrary provider and receiver event files to
+// ObserveCase: malformed input is an error or missing evidence, never a panic.
+func FuzzObserveEvents(f *testing.F) {
+	f.Add([]byte(`{"n":1,"body":"e30=","pre_effect":"{}","headers":{"moat-x":"1"}}`+"\n"), []byte(`{"receiver":"tcp","kind":"hit"}`+"\n"))
+	f.Add([]byte("{\"n\":\n"), []byte(`{"receiver":"nope","kind":"control"}`))
+	c, _ := CaseByName("provider-redirect")
+	f.Fuzz(func(t *testing.T, prov, recv []byte) {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, FileProviderEvents), prov, 0o644)
+		os.WriteFile(filepath.Join(dir, FileReceiverEvents), recv, 0o644)
+		os.WriteFile(filepath.Join(dir, FileRedirectEvents), recv, 0o644)
+		os.WriteFile(filepath.Join(dir, FileHost), prov, 0o644)
+		if o, err := ObserveCase(dir, c); err == nil {
+			Score(c, o)
+		}
+	})
 }

@@ -29,8 +29,10 @@ const (
 	ClaimsLine = `{"claims":{"passed":true,"escape_success":true,"audit_verified":true}}`
 )
 
+// markerWait bounds the wait for the controller's marker files.
+var markerWait = 30 * time.Second
+
 const (
-	markerWait   = 30 * time.Second
 	stepTimeout  = 5 * time.Second
 	maxReplyRead = 1 << 20
 )
