@@ -46,6 +46,9 @@ const (
 const DefaultMaxRequests = 32
 
 // AllowanceCaseMax is allowance-reconnect's allowance: before + two fills.
+// That case is the one refusal case without an "after" control: once the
+// run's single allowance is spent, no useful request can follow in the same
+// run, by design; its controls are the requests that spent it.
 const AllowanceCaseMax = 3
 
 var beforeAfter = []string{"before", "after"}

@@ -33,7 +33,7 @@ const (
 var markerWait = 30 * time.Second
 
 const (
-	stepTimeout  = 5 * time.Second
+	stepTimeout  = 10 * time.Second
 	maxReplyRead = 1 << 20
 )
 
