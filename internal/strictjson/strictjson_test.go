@@ -62,6 +62,8 @@ func TestRefused(t *testing.T) {
 		{"trailing data", `{"a":1} {"a":2}`, `{"a":1} `, nil},
 		{"trailing garbage", `{"a":1}x`, `{"a":1}`, nil},
 		{"trailing comma", `[1,2,]`, `[1,2]`, nil},
+		{"trailing NUL", "{}\x00", "{} \r\n\t", nil},
+		{"byte order mark", "\xef\xbb\xbf{}", "{}", nil},
 		{"leading zero", `01`, `1`, nil},
 		{"NaN", `NaN`, `0`, nil},
 		{"number overflow", `1e400`, `1e300`, ErrNumberRange},
