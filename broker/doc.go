@@ -25,8 +25,10 @@
 //     placeholder and any Moat-* header are refused;
 //  4. admits the body with broker/wire (strict JSON, field allowlists,
 //     model and max_tokens within policy) and takes the canonical bytes;
-//  5. reserves one unit of the run's allowance (max_requests), atomically,
-//     before anything is journaled; a reservation is never returned;
+//  5. when the policy sets require_attribution, refuses a connection the
+//     Attributor cannot resolve; then reserves one unit of the run's
+//     allowance (max_requests), atomically, before anything is journaled;
+//     a reservation is never returned, even when the provider fails;
 //  6. appends the inference.requested pre-effect record and, only once
 //     Append has returned the durable line, sends the canonical bytes to
 //     base_url + endpoint with the real credential and that line, base64,
@@ -35,6 +37,15 @@
 //     response (identity, gzip, deflate), scans headers and body for the
 //     credential (scan.go), passes SSE through as it arrives and journals
 //     inference.completed with status, sha256, size and token usage.
+//
+// Buffered request and response bytes of all connections share one budget
+// (MaxBufferedBytes), because the broker runs in the supervisor, outside
+// the sandbox's memory limit; a request that cannot get its share in time
+// is refused (broker_busy).
+//
+// The cost: each brokered request waits for two fsyncs (inference.requested
+// before it leaves, inference.completed before a non-streamed answer is
+// released), which dominates the added latency; see bench_test.go.
 //
 // A refusal is journaled as inference.refused with a reason code (the
 // Reason* constants, or broker/wire's codes) and answered in the API's own

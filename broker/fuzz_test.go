@@ -3,6 +3,7 @@ package broker
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -47,6 +48,61 @@ func FuzzReadRequest(f *testing.F) {
 		}
 		if hr.Method != req.method || hr.URL.Path != req.path || !bytes.Equal(body, req.body) {
 			t.Fatalf("disagreement: front %s %s %q, net/http %s %s %q", req.method, req.path, req.body, hr.Method, hr.URL.Path, body)
+		}
+	})
+}
+
+// FuzzScanner: the reflection guard's answer does not depend on how the
+// response is split into reads, and a raw or \u-escaped credential is
+// always found.
+func FuzzScanner(f *testing.F) {
+	f.Add([]byte(`{"text":"sk-test-REALCRED-0123456789abcdef"}`), 7)
+	f.Add([]byte(`\u0073k-test-REALCRED-0123456789abcdef\\\u`), 3)
+	f.Add([]byte(`\\u0073k-test`), 1)
+	f.Fuzz(func(t *testing.T, data []byte, split int) {
+		const cred = "sk-test-REALCRED-0123456789abcdef"
+		whole := newScanner(cred).Write(data)
+		if split < 0 {
+			split = -split
+		}
+		split %= len(data) + 1
+		s := newScanner(cred)
+		s.Write(data[:split])
+		if got := s.Write(data[split:]); got != whole {
+			t.Fatalf("split at %d: %v, whole: %v", split, got, whole)
+		}
+		if bytes.Contains(data, []byte(cred)) && !whole {
+			t.Fatalf("raw credential not found in %q", data)
+		}
+		var esc strings.Builder
+		for i := 0; i < len(cred); i++ {
+			fmt.Fprintf(&esc, `\u%04x`, cred[i])
+		}
+		if !newScanner(cred).Write(append(append([]byte(nil), data...), esc.String()...)) {
+			t.Fatalf("escaped credential not found after %q", data)
+		}
+	})
+}
+
+// FuzzSSEUsage: usage parsing of a hostile stream never panics and does
+// not depend on how the stream is split.
+func FuzzSSEUsage(f *testing.F) {
+	for _, ev := range anthropicStream("m") {
+		f.Add([]byte(ev), 5)
+	}
+	f.Add([]byte("data: {\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":6}}\n\n"), 9)
+	f.Add([]byte("data: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}}\n"), 30)
+	f.Fuzz(func(t *testing.T, data []byte, split int) {
+		var a, b sseUsage
+		a.feed(data)
+		if split < 0 {
+			split = -split
+		}
+		split %= len(data) + 1
+		b.feed(data[:split])
+		b.feed(data[split:])
+		if a.u != b.u {
+			t.Fatalf("split at %d: %+v, whole: %+v", split, b.u, a.u)
 		}
 	})
 }
