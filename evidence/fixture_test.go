@@ -124,7 +124,7 @@ func writeFakeCase(t *testing.T, dir string, c Case) {
 	files := map[string][]byte{
 		FileJournal: jdata, FilePublicKey: w.PublicKeyPEM(), FileProviderEvents: events, FileReceiverEvents: recv,
 		FileHost: hb, FileProbeOut: []byte(`{"step":"control:before","status":200}` + "\n" + `{"claims":{"passed":true,"escape_success":true,"audit_verified":true}}` + "\n"),
-		FileMoatErr: nil, FilePolicy: []byte("version: 1\n"), FileRunInfo: []byte(`{"run_id":"` + run + `"}`),
+		FileMoatErr: nil, FilePolicy: []byte("version: 1\n"), FileRunInfo: runInfoJSON(run, w.PublicKeyPEM()),
 	}
 	if c.Provider == ProviderRedirect {
 		b, _ := json.Marshal(ReceiverEvent{Receiver: RecvRedirect, Kind: "control", Time: "t", Bytes: 40, SHA256: sha(nil)})
@@ -210,4 +210,9 @@ func fullBundle(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+func runInfoJSON(run string, pem []byte) []byte {
+	b, _ := json.Marshal(map[string]any{"run_id": run, "public_key_pem": string(pem), "host_pid": 100, "workload_pid": 101, "backend": "native"})
+	return b
 }

@@ -180,6 +180,18 @@ var Tampers = []Tamper{
 		}
 		return ResignReport(out, nil)
 	}},
+	{"run-info-key-swapped", func(out string) error {
+		// Another run's key in the run info than the one the journal is
+		// checked against.
+		a, err := os.ReadFile(filepath.Join(out, CasesDir, "direct-network", FileRunInfo))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(out, CasesDir, "malformed-json", FileRunInfo), a, 0o644); err != nil {
+			return err
+		}
+		return ResignReport(out, nil)
+	}},
 	{"observation-edited", func(out string) error {
 		return ResignReport(out, func(r *Report) { r.Cases[0].Observations.Verified++ })
 	}},

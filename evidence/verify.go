@@ -24,12 +24,13 @@ const (
 
 // VerifyResult is what VerifyBundle found.
 type VerifyResult struct {
-	Verdict        Verdict
-	Problems       []string // why invalid; empty otherwise
-	ManifestSHA256 string
-	SuiteKeyID     string
-	Summary        Summary
-	Planned        int
+	Verdict        Verdict  `json:"-"`
+	Status         string   `json:"status"`   // complete | subset | invalid
+	Problems       []string `json:"problems"` // why invalid; empty otherwise
+	ManifestSHA256 string   `json:"manifest_sha256"`
+	SuiteKeyID     string   `json:"suite_keyid"`
+	Summary        Summary  `json:"summary"`
+	Planned        int      `json:"planned"`
 }
 
 // ExitCode maps a verdict to `moat evidence verify`'s exit code.
@@ -51,6 +52,10 @@ func VerifyBundle(dir, pinnedManifestSHA256 string) (res VerifyResult) {
 	defer func() {
 		if len(res.Problems) > 0 {
 			res.Verdict = VerdictInvalid
+		}
+		res.Status = [...]string{"invalid", "subset", "complete"}[res.Verdict]
+		if res.Problems == nil {
+			res.Problems = []string{}
 		}
 	}()
 
@@ -228,6 +233,17 @@ func verifyCase(dir string, c Case, cr CaseReport, bad func(string, ...any)) {
 	if pemBytes, err := readCapped(filepath.Join(dir, FilePublicKey), maxSmallFile); err == nil {
 		if pub, err := ParsePublicKeyPEM(pemBytes); err == nil && KeyID(pub) != cr.AuditKeyID {
 			bad("%s: audit key %s is not the recorded %s", c.Name, KeyID(pub), cr.AuditKeyID)
+		}
+		// The pinned key is the one moat announced in its run info.
+		if rb, err := readCapped(filepath.Join(dir, FileRunInfo), maxSmallFile); err == nil {
+			var ri runInfo
+			if err := json.Unmarshal(rb, &ri); err != nil {
+				bad("%s: %s: %v", c.Name, FileRunInfo, err)
+			} else if pub, err := ParsePublicKeyPEM([]byte(ri.PublicKeyPEM)); err != nil || KeyID(pub) != cr.AuditKeyID {
+				bad("%s: the run info's public key is not the pinned audit key %s", c.Name, cr.AuditKeyID)
+			}
+		} else {
+			bad("%s: audit key pinned but %s is missing", c.Name, FileRunInfo)
 		}
 	} else if cr.AuditKeyID != "" {
 		bad("%s: audit key recorded but %s is missing", c.Name, FilePublicKey)

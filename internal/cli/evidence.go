@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -107,7 +108,7 @@ Cases: ` + fmt.Sprint(evidence.CaseNames()),
 }
 
 func newEvidenceVerifyCmd() *cobra.Command {
-	var pin string
+	var pin, output string
 	cmd := &cobra.Command{
 		Use:   "verify DIR [--manifest-sha256 HEX]",
 		Short: "Verify an evidence bundle offline and recompute every outcome",
@@ -122,6 +123,16 @@ Exit codes: 0 valid and complete; 2 valid but a --case subset; 1 invalid.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			res := evidence.VerifyBundle(args[0], pin)
 			w := cmd.OutOrStdout()
+			if output == "json" {
+				b, err := json.MarshalIndent(res, "", "  ")
+				if err != nil {
+					return exitf(ExitInvalid, "BUG: %v", err)
+				}
+				fmt.Fprintf(w, "%s\n", b)
+				return exitCode(res.ExitCode())
+			} else if output != "" {
+				return exitf(ExitRefused, "evidence verify: -o %q: want json", output)
+			}
 			switch res.Verdict {
 			case evidence.VerdictInvalid:
 				for _, p := range res.Problems {
@@ -139,5 +150,6 @@ Exit codes: 0 valid and complete; 2 valid but a --case subset; 1 invalid.`,
 		},
 	}
 	cmd.Flags().StringVar(&pin, "manifest-sha256", "", "the manifest sha256 pinned outside the bundle")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "json: print the result as JSON")
 	return cmd
 }
