@@ -143,7 +143,12 @@ func copyFile(t *testing.T, src, dst string, mode os.FileMode) {
 // read-only, the probe's directory read-only and the workspace read-write.
 func (e *env) policy(extra string) string {
 	e.t.Helper()
-	p := filepath.Join(e.dir, "policy.yaml")
+	return e.policyAt(filepath.Join(e.dir, "policy.yaml"), e.workspace, extra)
+}
+
+// policyAt writes a policy like policy's, with its own workspace, to p.
+func (e *env) policyAt(p, workspace, extra string) string {
+	e.t.Helper()
 	y := fmt.Sprintf(`version: 1
 filesystem:
   read_only: [/usr, /bin, /lib, /lib64, %s]
@@ -152,11 +157,27 @@ process:
   env: {PATH: /usr/bin:/bin}
 audit:
   dir: %s
-%s`, e.binDir, e.workspace, e.auditDir, extra)
+%s`, e.binDir, workspace, e.auditDir, extra)
 	if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
 		e.t.Fatal(err)
 	}
 	return p
+}
+
+// newWorkspace makes another workspace in the test's directory, owned as
+// newEnv's is.
+func (e *env) newWorkspace(name string) string {
+	e.t.Helper()
+	ws := filepath.Join(e.dir, name)
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		if err := os.Chown(ws, 65534, 65534); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	return ws
 }
 
 type result struct {

@@ -6,8 +6,10 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -93,7 +95,11 @@ func probeAction(kind, arg string) error {
 		}
 		return fmt.Errorf("timed out")
 	case "unshare-user":
-		return unix.Unshare(unix.CLONE_NEWUSER)
+		// clone(CLONE_NEWUSER) in a fresh child, as `unshare -U` does:
+		// unshare(2) from a multi-threaded Go process is always EINVAL.
+		cmd := exec.Command("/bin/true")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER}
+		return cmd.Run()
 	case "io_uring":
 		var params [120]byte
 		fd, _, errno := unix.Syscall(unix.SYS_IO_URING_SETUP, 4, uintptr(unsafe.Pointer(&params[0])), 0)

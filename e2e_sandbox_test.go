@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -128,15 +129,19 @@ func TestSandboxExecConfinedAsRun(t *testing.T) {
 
 func TestSandboxConcurrentCreate(t *testing.T) {
 	e := newEnv(t)
-	pol := e.policy("")
 	const n = 10
+	// Ten sandboxes that share nothing: each its own workspace and policy.
+	pols := make([]string, n)
+	for i := range pols {
+		pols[i] = e.policyAt(filepath.Join(e.dir, fmt.Sprintf("policy-%d.yaml", i)), e.newWorkspace(fmt.Sprintf("ws-%d", i)), "")
+	}
 	var wg sync.WaitGroup
 	errs := make([]string, n)
 	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			if r := e.moat("sandbox", "create", "--name", fmt.Sprintf("c%d", i), "--policy", pol); r.code != 0 {
+			if r := e.moat("sandbox", "create", "--name", fmt.Sprintf("c%d", i), "--policy", pols[i]); r.code != 0 {
 				errs[i] = r.String()
 			}
 		}(i)

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -79,7 +80,17 @@ func probeAction(kind, arg string) (string, error) {
 	case "infer":
 		return infer()
 	case "unshare-user":
-		return "", unix.Unshare(unix.CLONE_NEWUSER)
+		// A new process in a new user namespace (clone with
+		// CLONE_NEWUSER, as `unshare -U` does). unshare(2) itself cannot
+		// serve here: a multi-threaded Go process always gets EINVAL.
+		exe, err := os.Executable()
+		if err != nil {
+			return "", err
+		}
+		cmd := exec.Command(exe, euidEntry)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER}
+		out, err := cmd.Output()
+		return strings.TrimSpace(string(out)), err
 	case "fork":
 		exe, err := os.Executable()
 		if err != nil {
