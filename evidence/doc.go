@@ -60,6 +60,12 @@
 // waits for the worker pids to be gone and the staging directory to be
 // removed, and copies the journal.
 //
+// The synthetic credentials are fresh per suite run and reach moat only
+// through its environment (CredEnvAnthropic, CredEnvOpenAI); the provider
+// redacts them from the headers it records and the controller from the
+// output it captures (RedactedCredential), so no bundle holds one. A
+// credential in the worker's output is itself an adverse observation.
+//
 // audit-storage-fault mounts a 1 MiB tmpfs as the run's audit directory
 // (root only; otherwise the case is invalid and moat is not run), and fills
 // it after the first provider request; the probe then keeps sending until
