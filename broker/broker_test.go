@@ -727,3 +727,108 @@ func TestMemoryBudget(t *testing.T) {
 		t.Errorf("small request after the budget was released: status %d, want 200", r.status)
 	}
 }
+
+// TestProviderErrorPassesThrough: a provider's own error answer reaches the
+// worker with its status and retry headers, and is journaled as completed.
+func TestProviderErrorPassesThrough(t *testing.T) {
+	h := newHarness(t, 10)
+	h.fp.setRespond(func(w http.ResponseWriter, r *http.Request, body []byte) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "7")
+		w.Header().Set("Set-Cookie", "tracking=1")
+		w.WriteHeader(429)
+		io.WriteString(w, `{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}`)
+	})
+	r := h.raw(post("/v1/messages", anthropicBody))
+	if r.status != 429 || r.header.Get("Retry-After") != "7" || !strings.Contains(r.body, "slow down") {
+		t.Errorf("status %d headers %v body %s, want the provider's 429", r.status, r.header, r.body)
+	}
+	if r.header.Get("Set-Cookie") != "" {
+		t.Errorf("a provider header outside the list reached the worker")
+	}
+	if rec := h.lastRecord(); rec["type"] != audit.TypeInferenceCompleted || rec["status"] != 429.0 {
+		t.Errorf("record %v/%v, want inference.completed with status 429", rec["type"], rec["status"])
+	}
+}
+
+// TestStreamClientGone: a worker that leaves mid-stream is journaled as
+// client_closed, and the broker keeps serving.
+func TestStreamClientGone(t *testing.T) {
+	h := newHarness(t, 10)
+	gone := make(chan struct{})
+	h.fp.setRespond(func(w http.ResponseWriter, r *http.Request, body []byte) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {}\n\n")
+		w.(http.Flusher).Flush()
+		<-gone
+		for i := 0; i < 200; i++ { // keep writing until the broker stops reading
+			if _, err := io.WriteString(w, "data: {\"x\":1}\n\n"); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := strings.Replace(anthropicBody, `{"model"`, `{"stream":true,"model"`, 1)
+	io.WriteString(c, post("/v1/messages", body))
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	bufio.NewReader(c).ReadString('}')
+	c.Close()
+	close(gone)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(h.records(audit.TypeInferenceFailed)) == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if rec := h.records(audit.TypeInferenceFailed); len(rec) != 1 || rec[0]["reason"] != ReasonClientClosed {
+		t.Errorf("inference.failed records %v, want one with reason %s", rec, ReasonClientClosed)
+	}
+	h.fp.setRespond(nil)
+	h.mustSucceed()
+}
+
+// TestClose: Close ends Serve with nil, cancels an in-flight upstream
+// request and closes its worker connection.
+func TestClose(t *testing.T) {
+	fp := newFakeProvider(t, false)
+	j := newTestJournal(t)
+	fp.verify = j.verify
+	b, err := New(Config{Policy: testPolicy(fp.srv.URL, 10), Journal: j, Credentials: map[string]string{"anthropic": testCred}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- b.Serve(l) }()
+	stuck := make(chan struct{})
+	fp.setRespond(func(w http.ResponseWriter, r *http.Request, body []byte) {
+		close(stuck)
+		<-r.Context().Done()
+	})
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, post("/v1/messages", anthropicBody))
+	<-stuck
+	if err := b.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if err := <-served; err != nil {
+		t.Errorf("Serve returned %v after Close, want nil", err)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadAll(c); err != nil {
+		t.Errorf("worker connection: %v, want closed", err)
+	}
+	if _, err := net.Dial("tcp", l.Addr().String()); err == nil {
+		t.Errorf("listener still accepts after Close")
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -55,11 +56,12 @@ type fakeProvider struct {
 
 func newFakeProvider(t testing.TB, tlsOn bool) *fakeProvider {
 	fp := &fakeProvider{t: t}
-	h := http.HandlerFunc(fp.serve)
+	fp.srv = httptest.NewUnstartedServer(http.HandlerFunc(fp.serve))
+	fp.srv.Config.ErrorLog = log.New(io.Discard, "", 0) // refused TLS handshakes are expected
 	if tlsOn {
-		fp.srv = httptest.NewTLSServer(h)
+		fp.srv.StartTLS()
 	} else {
-		fp.srv = httptest.NewServer(h)
+		fp.srv.Start()
 	}
 	t.Cleanup(fp.srv.Close)
 	return fp
