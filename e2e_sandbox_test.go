@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/moat-sandbox/moat/audit"
 )
 
 type sbState struct {
@@ -90,6 +92,23 @@ func TestSandboxLifecycle(t *testing.T) {
 	if n := strings.Count(string(j), "\n"); n < 7 {
 		// run.started, boundary.confirmed, 2×(process.started, process.exited), run.terminated
 		t.Errorf("journal has %d records, want at least 7", n)
+	}
+	// Each exec is journaled with its argv and the binary it named.
+	found := false
+	for _, l := range strings.Split(strings.TrimSpace(string(j)), "\n") {
+		e, err := audit.ParseLine([]byte(l))
+		if err != nil {
+			t.Fatalf("journal line: %v", err)
+		}
+		if ps, ok := e.Record.(audit.ProcessStarted); ok && len(ps.Argv) == 2 && ps.Argv[0] == "echo" {
+			found = true
+			if ps.Executable != "/usr/bin/echo" || len(ps.SHA256) != 64 {
+				t.Errorf("process.started for echo names %q %q, want /usr/bin/echo and its sha256", ps.Executable, ps.SHA256)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no process.started record for the exec'd echo")
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -236,6 +237,7 @@ func (s *Session) Start(ctx context.Context, argv []string, stdin io.Reader, std
 	}
 	id := "p" + strconv.FormatInt(s.nproc.Add(1), 10)
 	rec := audit.ProcessStarted{ProcessID: id, Argv: argv, HostPID: proc.HostPID()}
+	rec.Executable, rec.SHA256 = s.resolveExecutable(argv[0])
 	if _, err := s.w.Append(rec); err != nil {
 		proc.Signal(syscall.SIGKILL)
 		proc.Wait()
@@ -245,6 +247,42 @@ func (s *Session) Start(ctx context.Context, argv []string, stdin io.Reader, std
 	s.running[id] = proc
 	s.mu.Unlock()
 	return id, proc, nil
+}
+
+// resolveExecutable names the binary that argv0 denotes inside the
+// sandbox, and its sha256. Backends mount each grant at its own path, so
+// the file inside is the host file at the same path; it is resolved with
+// the workload's PATH and accepted only within a grant. ("", "") when it
+// cannot be named (the journal then records argv alone).
+func (s *Session) resolveExecutable(argv0 string) (string, string) {
+	var cands []string
+	if strings.Contains(argv0, "/") {
+		if !filepath.IsAbs(argv0) {
+			return "", ""
+		}
+		cands = []string{argv0}
+	} else {
+		for _, dir := range filepath.SplitList(s.pol.Process.Env["PATH"]) {
+			if filepath.IsAbs(dir) {
+				cands = append(cands, filepath.Join(dir, argv0))
+			}
+		}
+	}
+	for _, c := range cands {
+		if !inGrant(s.pol, c) {
+			continue
+		}
+		fi, err := os.Stat(c)
+		if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+			continue
+		}
+		sum, err := FileSHA256(c)
+		if err != nil {
+			return "", ""
+		}
+		return filepath.Clean(c), sum
+	}
+	return "", ""
 }
 
 // Exited journals process.exited for a process started with Start.
@@ -303,4 +341,14 @@ func (s *Session) Close(code int, reason string) {
 	if s.stateDir != "" {
 		os.RemoveAll(s.stateDir)
 	}
+}
+
+// inGrant reports whether p lies within one of the policy's grants.
+func inGrant(pol *policy.Policy, p string) bool {
+	for _, g := range append(append([]string{}, pol.Filesystem.ReadOnly...), pol.Filesystem.ReadWrite...) {
+		if within(p, g) {
+			return true
+		}
+	}
+	return false
 }
