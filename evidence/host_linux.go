@@ -25,38 +25,55 @@ const FaultTmpfsSize = 1 << 20
 
 func boolp(b bool) *bool { return &b }
 
-// observeNamespaces compares the worker's network and mount namespaces with
-// the controller's and reads its NoNewPrivs, from /proc/<pid>.
-func observeNamespaces(h *HostRecord, pid int) {
-	if pid <= 0 {
+// observeNamespaces compares each pid's network and mount namespaces with
+// the controller's (each must be private), and reads NoNewPrivs from
+// /proc/<pid>/status: it must be set for the workload, pids[0]; for the
+// others (the sandbox's host process) it is noted, not required.
+func observeNamespaces(h *HostRecord, pids []int) {
+	if len(pids) == 0 {
 		h.Missing = append(h.Missing, "run info names no worker pid")
 		return
 	}
-	for _, ns := range []struct {
-		name string
-		dst  **bool
-	}{{"net", &h.NetNSPrivate}, {"mnt", &h.MntNSPrivate}} {
-		mine, err1 := os.Readlink("/proc/self/ns/" + ns.name)
-		theirs, err2 := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, ns.name))
-		if err1 != nil || err2 != nil {
-			h.Missing = append(h.Missing, fmt.Sprintf("cannot read the %s namespace of pid %d: %v", ns.name, pid, errors.Join(err1, err2)))
-			continue
+	net, mnt, nnp := true, true, true
+	for _, pid := range pids {
+		for _, ns := range []struct {
+			name string
+			ok   *bool
+		}{{"net", &net}, {"mnt", &mnt}} {
+			mine, err1 := os.Readlink("/proc/self/ns/" + ns.name)
+			theirs, err2 := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, ns.name))
+			if err1 != nil || err2 != nil {
+				h.Missing = append(h.Missing, fmt.Sprintf("cannot read the %s namespace of pid %d: %v", ns.name, pid, errors.Join(err1, err2)))
+				return
+			}
+			if mine == theirs {
+				*ns.ok = false
+				h.Notes = append(h.Notes, fmt.Sprintf("pid %d shares the controller's %s namespace", pid, ns.name))
+			}
 		}
-		*ns.dst = boolp(mine != theirs)
-	}
-	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		h.Missing = append(h.Missing, fmt.Sprintf("cannot read /proc/%d/status: %v", pid, err))
-		return
-	}
-	for _, line := range strings.Split(string(st), "\n") {
-		if v, ok := strings.CutPrefix(line, "NoNewPrivs:"); ok {
-			h.NoNewPrivs = boolp(strings.TrimSpace(v) == "1")
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			h.Missing = append(h.Missing, fmt.Sprintf("cannot read /proc/%d/status: %v", pid, err))
+			return
+		}
+		found := false
+		for _, line := range strings.Split(string(st), "\n") {
+			if v, ok := strings.CutPrefix(line, "NoNewPrivs:"); ok {
+				found = true
+				if strings.TrimSpace(v) != "1" {
+					if pid == pids[0] {
+						nnp = false
+					}
+					h.Notes = append(h.Notes, fmt.Sprintf("pid %d runs without no_new_privs", pid))
+				}
+			}
+		}
+		if !found {
+			h.Missing = append(h.Missing, fmt.Sprintf("no NoNewPrivs line in /proc/%d/status", pid))
+			return
 		}
 	}
-	if h.NoNewPrivs == nil {
-		h.Missing = append(h.Missing, "no NoNewPrivs line in /proc/<pid>/status")
-	}
+	h.NetNSPrivate, h.MntNSPrivate, h.NoNewPrivs = boolp(net), boolp(mnt), boolp(nnp)
 }
 
 // processAlive reports whether pid exists and is not a zombie.

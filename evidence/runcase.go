@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -100,8 +101,9 @@ func (r *caseRun) execute(ctx context.Context) error {
 		return err
 	}
 	if os.Geteuid() == 0 {
-		// As root the workload runs as uid 65534; the workspace is theirs.
-		if err := os.Chown(r.workspace, 65534, 65534); err != nil {
+		// As root the workload runs as host uid workloadUID (native:
+		// process.host_uid; gVisor: process.uid); the workspace is theirs.
+		if err := os.Chown(r.workspace, workloadUID, workloadUID); err != nil {
 			return err
 		}
 	}
@@ -150,6 +152,10 @@ func (r *caseRun) execute(ctx context.Context) error {
 	return r.runMoat(ctx, polPath)
 }
 
+// workloadUID is the workload's uid inside and, when the suite runs as
+// root, on the host: the same for every backend.
+const workloadUID = 65534
+
 // policy is the case's policy: system directories and the probe read-only,
 // the workspace read-write, the synthetic provider for both API families.
 func (r *caseRun) policy() []byte {
@@ -171,6 +177,8 @@ filesystem:
   read_only: [%s]
   read_write: [%s]
 process:
+  uid: %d
+  host_uid: %d
   env: {PATH: /usr/bin:/bin}
 inference:
   max_requests: %d
@@ -188,7 +196,7 @@ inference:
       models: [%s]
 audit:
   dir: %s
-`, strings.Join(ro, ", "), r.workspace, max, r.prov.URL(), CredEnvAnthropic, ModelAnthropic,
+`, strings.Join(ro, ", "), r.workspace, workloadUID, workloadUID, max, r.prov.URL(), CredEnvAnthropic, ModelAnthropic,
 		r.prov.URL(), CredEnvOpenAI, ModelOpenAI, r.auditDir))
 }
 
@@ -287,12 +295,16 @@ func (r *caseRun) ready(ri runInfo) error {
 	if err := os.WriteFile(filepath.Join(r.dir, FilePublicKey), PublicKeyPEM(pub), 0o644); err != nil {
 		return err
 	}
-	pid := ri.WorkloadPID
-	if pid == 0 {
-		pid = ri.HostPID
-	}
 	r.startTimes = map[int]string{ri.HostPID: procStart(ri.HostPID), ri.WorkloadPID: procStart(ri.WorkloadPID)}
-	observeNamespaces(&r.host, pid)
+	// Every process the run info names is observed: the workload, and the
+	// sandbox's host process (under gVisor, the runsc sandbox).
+	var pids []int
+	for _, p := range []int{ri.WorkloadPID, ri.HostPID} {
+		if p > 0 && !slices.Contains(pids, p) {
+			pids = append(pids, p)
+		}
+	}
+	observeNamespaces(&r.host, pids)
 	if err := r.recv.PlaceUnix(r.workspace); err != nil {
 		return err
 	}
