@@ -10,7 +10,9 @@ var errUnsupported = errors.New("the evidence suite observes the host through Li
 
 func boolp(b bool) *bool { return &b }
 
-func observeNamespaces(h *HostRecord, pids []int) { h.Missing = append(h.Missing, errUnsupported.Error()) }
+func observeNamespaces(h *HostRecord, pids []int) {
+	h.Missing = append(h.Missing, errUnsupported.Error())
+}
 
 func processAlive(pid int) bool { return false }
 
