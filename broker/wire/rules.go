@@ -1,6 +1,9 @@
 package wire
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // The refusals shared by every API. Each message says why moat refuses and
 // what the client can do instead.
@@ -24,20 +27,20 @@ var (
 // inlineURL is a string that must be a data: URL, never a URL the provider
 // would fetch.
 func inlineURL() *node {
-	return str().with(func(path string, v any) *Refusal {
+	return str().with(func(v any) *denial {
 		s := v.(string) // kString checked first
 		if len(s) >= 5 && strings.EqualFold(s[:5], "data:") {
 			return nil
 		}
-		return denyURLSource.at(path)
+		return &denyURLSource
 	})
 }
 
 // exactlyOne is an integer that must be 1 when present.
 func exactlyOne(why string) *node {
-	return integer().with(func(path string, v any) *Refusal {
+	return integer().with(func(v any) *denial {
 		if n, err := v.(interface{ Int64() (int64, error) }).Int64(); err != nil || n != 1 {
-			return refuse("invalid_value", path, "must be 1, got %v (%s)", v, why)
+			return &denial{"invalid_value", fmt.Sprintf("must be 1, got %v (%s)", v, why)}
 		}
 		return nil
 	})

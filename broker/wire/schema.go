@@ -53,7 +53,7 @@ type node struct {
 	alts []*node // kOneOf
 	deny denial  // kDeny
 
-	check func(path string, v any) *Refusal // extra check after the structural one
+	check func(v any) *denial // extra check after the structural one
 }
 
 type fields map[string]*node
@@ -87,7 +87,7 @@ func (n *node) denying(vals map[string]denial) *node {
 }
 
 // with adds an extra check to a copy of n.
-func (n *node) with(check func(path string, v any) *Refusal) *node {
+func (n *node) with(check func(v any) *denial) *node {
 	c := *n
 	c.check = check
 	return &c
@@ -106,6 +106,46 @@ func refuse(code, path, format string, args ...any) *Refusal {
 
 func (d denial) at(path string) *Refusal { return refuse(d.code, path, "%s", d.msg) }
 
+// walker holds the JSON path of the value being validated, as a stack of
+// segments reused for the whole request, and turns it into text only for a
+// refusal: messages[0].content[1].source.
+type walker struct {
+	segs []seg
+}
+
+type seg struct {
+	name  string // member name; unused for an array element
+	index int    // array index, or -1 for a member
+}
+
+func (w *walker) push(s seg) { w.segs = append(w.segs, s) }
+func (w *walker) pop()       { w.segs = w.segs[:len(w.segs)-1] }
+
+// fieldString is the text of the path of member name of the current value.
+func (w *walker) fieldString(name string) string {
+	w.push(seg{name: name, index: -1})
+	defer w.pop()
+	return w.String()
+}
+
+func (w *walker) String() string {
+	var b strings.Builder
+	for _, s := range w.segs {
+		switch {
+		case s.index >= 0:
+			b.WriteString("[" + strconv.Itoa(s.index) + "]")
+		case !isIdent(s.name):
+			b.WriteString("[" + strconv.Quote(s.name) + "]")
+		default:
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(s.name)
+		}
+	}
+	return b.String()
+}
+
 // isIdent reports whether name can be shown as .name in a path; other
 // names are shown quoted, as ["name"].
 func isIdent(name string) bool {
@@ -120,18 +160,6 @@ func isIdent(name string) bool {
 	}
 	return true
 }
-
-func fieldPath(path, name string) string {
-	if !isIdent(name) {
-		return path + "[" + strconv.Quote(name) + "]"
-	}
-	if path == "" {
-		return name
-	}
-	return path + "." + name
-}
-
-func indexPath(path string, i int) string { return path + "[" + strconv.Itoa(i) + "]" }
 
 func jsonKind(v any) string {
 	switch v.(type) {
@@ -177,66 +205,71 @@ func (n *node) kindName() string {
 	return "nothing (BUG: invalid schema node)"
 }
 
-func wrongKind(n *node, path string, v any) *Refusal {
-	return refuse("invalid_value", path, "must be %s, got %s", n.kindName(), jsonKind(v))
+func wrongKind(n *node, p *walker, v any) *Refusal {
+	return refuse("invalid_value", p.String(), "must be %s, got %s", n.kindName(), jsonKind(v))
 }
 
-// validate checks v against n at path.
-func (n *node) validate(path string, v any) *Refusal {
-	if r := n.validateKind(path, v); r != nil {
+// validate checks v against n at path p.
+func (n *node) validate(p *walker, v any) *Refusal {
+	if r := n.validateKind(p, v); r != nil {
 		return r
 	}
 	if n.check != nil {
-		return n.check(path, v)
+		if d := n.check(v); d != nil {
+			return d.at(p.String())
+		}
 	}
 	return nil
 }
 
-func (n *node) validateKind(path string, v any) *Refusal {
+func (n *node) validateKind(p *walker, v any) *Refusal {
 	switch n.kind {
 	case kAny:
 		return nil
 	case kDeny:
-		return n.deny.at(path)
+		return n.deny.at(p.String())
 	case kString:
 		s, ok := v.(string)
 		if !ok {
-			return wrongKind(n, path, v)
+			return wrongKind(n, p, v)
 		}
 		if d, ok := n.denyVals[s]; ok {
-			return d.at(path)
+			return d.at(p.String())
 		}
 		if n.enum != nil && !slices.Contains(n.enum, s) {
-			return refuse("invalid_value", path, "%q is not allowed (allowed: %s)", s, strings.Join(n.enum, ", "))
+			return refuse("invalid_value", p.String(), "%q is not allowed (allowed: %s)", s, strings.Join(n.enum, ", "))
 		}
 		return nil
 	case kNumber, kInteger:
 		num, ok := v.(strictjson.Number)
 		if !ok {
-			return wrongKind(n, path, v)
+			return wrongKind(n, p, v)
 		}
 		if n.kind == kInteger {
 			if _, err := num.Int64(); err != nil {
-				return refuse("invalid_value", path, "must be an integer, got %s", num)
+				return refuse("invalid_value", p.String(), "must be an integer, got %s", num)
 			}
 		}
 		return nil
 	case kBool:
 		b, ok := v.(bool)
 		if !ok {
-			return wrongKind(n, path, v)
+			return wrongKind(n, p, v)
 		}
 		if d, ok := n.denyVals[strconv.FormatBool(b)]; ok {
-			return d.at(path)
+			return d.at(p.String())
 		}
 		return nil
 	case kArray:
 		a, ok := v.([]any)
 		if !ok {
-			return wrongKind(n, path, v)
+			return wrongKind(n, p, v)
 		}
 		for i, e := range a {
-			if r := n.elem.validate(indexPath(path, i), e); r != nil {
+			p.push(seg{index: i})
+			r := n.elem.validate(p, e)
+			p.pop()
+			if r != nil {
 				return r
 			}
 		}
@@ -244,50 +277,52 @@ func (n *node) validateKind(path string, v any) *Refusal {
 	case kObject:
 		m, ok := v.(map[string]any)
 		if !ok {
-			return wrongKind(n, path, v)
+			return wrongKind(n, p, v)
 		}
-		return n.validateFields(path, m, "")
+		return n.validateFields(p, m, "")
 	case kTagged:
 		m, ok := v.(map[string]any)
 		if !ok {
-			return wrongKind(n, path, v)
+			return wrongKind(n, p, v)
 		}
 		tag := n.tagDefault
 		if tv, present := m[n.tagKey]; present {
 			s, ok := tv.(string)
 			if !ok {
-				return refuse("invalid_value", fieldPath(path, n.tagKey), "must be a string, got %s", jsonKind(tv))
+				return refuse("invalid_value", p.fieldString(n.tagKey), "must be a string, got %s", jsonKind(tv))
 			}
 			tag = s
 		} else if tag == "" {
-			return refuse("missing_field", fieldPath(path, n.tagKey), "required field is missing (allowed: %s)", strings.Join(n.tagNames(), ", "))
+			return refuse("missing_field", p.fieldString(n.tagKey), "required field is missing (allowed: %s)", strings.Join(n.tagNames(), ", "))
 		}
 		sub, ok := n.tags[tag]
 		if !ok {
 			if n.tagDeny != nil {
 				if d := n.tagDeny(tag); d != nil {
-					return d.at(fieldPath(path, n.tagKey))
+					return d.at(p.fieldString(n.tagKey))
 				}
 			}
-			return refuse("unknown_type", fieldPath(path, n.tagKey), "%q is not a %s moat forwards (allowed: %s); use one of those", tag, n.tagKey, strings.Join(n.tagNames(), ", "))
+			return refuse("unknown_type", p.fieldString(n.tagKey), "%q is not a %s moat forwards (allowed: %s); use one of those", tag, n.tagKey, strings.Join(n.tagNames(), ", "))
 		}
-		if r := sub.validateFields(path, m, n.tagKey); r != nil {
+		if r := sub.validateFields(p, m, n.tagKey); r != nil {
 			return r
 		}
 		if sub.check != nil {
-			return sub.check(path, v)
+			if d := sub.check(v); d != nil {
+				return d.at(p.String())
+			}
 		}
 		return nil
 	case kOneOf:
 		k := jsonKind(v)
 		for _, a := range n.alts {
 			if a.accepts(k) {
-				return a.validate(path, v)
+				return a.validate(p, v)
 			}
 		}
-		return wrongKind(n, path, v)
+		return wrongKind(n, p, v)
 	}
-	return refuse("invalid_value", path, "BUG: invalid schema node")
+	return refuse("invalid_value", p.String(), "BUG: invalid schema node")
 }
 
 // accepts reports whether n is the alternative for JSON kind k in a oneOf.
@@ -321,10 +356,10 @@ func (n *node) tagNames() []string {
 // validateFields checks every member of m against n.fields; skip names a
 // member already checked by the caller (a tag). A null member counts as
 // absent, as the provider APIs treat it.
-func (n *node) validateFields(path string, m map[string]any, skip string) *Refusal {
+func (n *node) validateFields(p *walker, m map[string]any, skip string) *Refusal {
 	for _, name := range n.required {
 		if v, ok := m[name]; !ok || v == nil {
-			return refuse("missing_field", fieldPath(path, name), "required field is missing")
+			return refuse("missing_field", p.fieldString(name), "required field is missing")
 		}
 	}
 	// Sorted for a deterministic first refusal.
@@ -340,13 +375,16 @@ func (n *node) validateFields(path string, m map[string]any, skip string) *Refus
 		}
 		f, ok := n.fields[name]
 		if !ok {
-			return refuse("unknown_field", fieldPath(path, name), "field is not allowed (moat forwards only fields it knows how to check); remove it")
+			return refuse("unknown_field", p.fieldString(name), "field is not allowed (moat forwards only fields it knows how to check); remove it")
 		}
 		v := m[name]
 		if v == nil {
 			continue
 		}
-		if r := f.validate(fieldPath(path, name), v); r != nil {
+		p.push(seg{name: name, index: -1})
+		r := f.validate(p, v)
+		p.pop()
+		if r != nil {
 			return r
 		}
 	}
@@ -356,9 +394,9 @@ func (n *node) validateFields(path string, m map[string]any, skip string) *Refus
 // anyObject is any JSON object (free-form, e.g. a JSON Schema or a tool's
 // input).
 func anyObject() *node {
-	return anyJSON().with(func(path string, v any) *Refusal {
+	return anyJSON().with(func(v any) *denial {
 		if _, ok := v.(map[string]any); !ok {
-			return refuse("invalid_value", path, "must be an object, got %s", jsonKind(v))
+			return &denial{"invalid_value", "must be an object, got " + jsonKind(v)}
 		}
 		return nil
 	})

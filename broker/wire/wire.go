@@ -165,7 +165,7 @@ func Admit(api, endpointPath string, body []byte, lim Limits) (*Request, *Refusa
 	if !ok {
 		return nil, refuse("invalid_json", "", "the request body must be a JSON object, got %s", jsonKind(tree))
 	}
-	if r := ep.schema.validate("", top); r != nil {
+	if r := ep.schema.validate(&walker{segs: make([]seg, 0, 16)}, top); r != nil {
 		return nil, r
 	}
 	model, _ := top["model"].(string) // required string: the schema checked it
