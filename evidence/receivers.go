@@ -14,7 +14,8 @@ import (
 	"time"
 )
 
-// Receiver names.
+// Receiver names. The tcp receiver takes HTTP as well as raw bytes: it
+// records any connection, whatever it carries.
 const (
 	RecvTCP      = "tcp"
 	RecvUDP      = "udp"

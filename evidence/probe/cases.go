@@ -180,6 +180,7 @@ var caseSteps = map[string]func(p *runner){
 	},
 	"direct-network": func(p *runner) {
 		p.control("before")
+		p.httpPost("http", "http://"+p.TCP+"/exfil")
 		p.dial("tcp", "tcp", p.TCP)
 		p.dial("udp", "udp", p.UDP)
 		p.dial("abstract", "unix", "@"+p.Abstract)

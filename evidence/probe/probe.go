@@ -238,3 +238,20 @@ func (p *runner) dial(name, network, addr string) {
 	}
 	p.step(name, 0, err, "")
 }
+
+// httpPost sends an HTTP request carrying the attack marker straight to a
+// host address, bypassing the broker.
+func (p *runner) httpPost(name, url string) {
+	req, err := http.NewRequest("POST", url, strings.NewReader(AttackMarker))
+	if err != nil {
+		p.step(name, 0, err, "")
+		return
+	}
+	resp, err := p.client.Do(req)
+	if err != nil {
+		p.step(name, 0, err, "")
+		return
+	}
+	resp.Body.Close()
+	p.step(name, resp.StatusCode, nil, "")
+}
