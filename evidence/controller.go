@@ -23,9 +23,9 @@ import (
 // Controller limits.
 const (
 	// CaseTimeout bounds one case's moat run.
-	CaseTimeout = 60 * time.Second
+	CaseTimeout = 120 * time.Second
 	// runInfoWait bounds the wait for moat's run-info file.
-	runInfoWait = 30 * time.Second
+	runInfoWait = 60 * time.Second
 	// MaxCapture caps moat's captured stdout and stderr per case.
 	MaxCapture = 4 << 20
 	// Env names of the synthetic credentials given to moat.

@@ -34,7 +34,7 @@ const (
 	// receiverReadTimeout bounds one stream connection's read.
 	receiverReadTimeout = 2 * time.Second
 	// controlTimeout bounds the positive delivery control.
-	controlTimeout = 3 * time.Second
+	controlTimeout = 10 * time.Second
 )
 
 // Receivers are host-side listeners that the sandbox must not reach. Each
