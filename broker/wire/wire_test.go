@@ -95,6 +95,9 @@ var ruleCases = []ruleCase{
 	{"trailing data", APIAnthropicMessages, `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[]}{"model":"x"}`, "invalid_json", `after top-level value`, `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[]}` + "\n", ""},
 	{"invalid UTF-8", APIAnthropicMessages, anthUser("{\"type\":\"text\",\"text\":\"\xff\"}"), "invalid_json", `UTF-8`, anthUser(`{"type":"text","text":"\u00ff"}`), ""},
 	{"lone surrogate", APIAnthropicMessages, anthUser(`{"type":"text","text":"\udead"}`), "invalid_json", `surrogate`, anthUser(`{"type":"text","text":"\ud83d\ude00"}`), ""},
+	{"deep nesting in tool input", APIAnthropicMessages, `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"n","input":{"x":` + strings.Repeat("[", 200) + strings.Repeat("]", 200) + `}}]}]}`, "invalid_json", `nesting too deep`, `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"n","input":{"x":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}}]}]}`, ""},
+	{"number out of range", APIAnthropicMessages, anthTop(`,"temperature":1e400`), "invalid_json", `out of range`, anthTop(`,"temperature":1e0`), ""},
+	{"odd member name quoted in path", APIAnthropicMessages, anthTop(`,"max tokens":1`), "unknown_field", `["max tokens"]`, `{"model":"claude-sonnet-4-5","max_tokens":1,"messages":[]}`, ""},
 	{"not an object", APIAnthropicMessages, `[{"model":"claude-sonnet-4-5"}]`, "invalid_json", `object`, `{"model":"claude-sonnet-4-5","messages":[]}`, ""},
 
 	// openai-chat
