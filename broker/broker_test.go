@@ -832,3 +832,26 @@ func TestClose(t *testing.T) {
 		t.Errorf("listener still accepts after Close")
 	}
 }
+
+// TestRefusalKeepsJournalValid: refusals quoting hostile bytes (invalid
+// UTF-8 in the body and in the model name) are journaled without breaking
+// the journal, and the run goes on.
+func TestRefusalKeepsJournalValid(t *testing.T) {
+	h := newHarness(t, 10)
+	for _, body := range []string{
+		strings.Replace(anthropicBody, "hi", "h\xffi", 1),
+		strings.Replace(anthropicBody, "claude-test", "claude-\xc3", 1),
+		strings.Replace(anthropicBody, "claude-test", "claude-\u00e9\u2028", 1),
+	} {
+		if r := h.raw(post("/v1/messages", body)); r.status != 400 {
+			t.Errorf("status %d, want 400: %s", r.status, r.body)
+		}
+	}
+	select {
+	case f := <-h.fatal:
+		t.Fatalf("fatal %q after a refusal", f)
+	default:
+	}
+	h.mustSucceed()
+	h.j.verifyAll(t)
+}

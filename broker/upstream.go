@@ -228,6 +228,7 @@ func (b *Broker) abortStream(w *conn, api, id, reason, msg string) {
 }
 
 func (b *Broker) failStream(id, reason, msg string) bool {
+	msg = strings.ToValidUTF8(msg, "\uFFFD")
 	b.log.Warn("moat.broker failed", "request_id", id, "reason", reason, "detail", msg)
 	b.append(audit.InferenceFailed{RequestID: id, Reason: reason, Detail: "moat: " + reason + ": " + msg})
 	return false
