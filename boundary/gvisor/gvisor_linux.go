@@ -420,7 +420,10 @@ func sameWriter(a, b io.Writer) (same bool) {
 	return a == b
 }
 
-func (p *proc) HostPID() int { return p.pid }
+// HostPID is the runsc sandbox process: the workload runs inside that
+// sentry, not as a host process of its own (p.pid, the `runsc exec`
+// client, only relays stdio and the exit status).
+func (p *proc) HostPID() int { return p.s.sandboxPID }
 
 func (p *proc) Wait() (int, error) {
 	<-p.done
