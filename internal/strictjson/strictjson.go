@@ -31,6 +31,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -39,8 +40,8 @@ import (
 // The top-level value is depth 1 when it is an object or array.
 const MaxDepth = 128
 
-// MaxBytes caps the size of a document (32 MiB, the largest request body a
-// provider API accepts).
+// MaxBytes caps the size of a document (32 MiB, the largest request body
+// Anthropic's Messages API accepts).
 const MaxBytes = 32 << 20
 
 // Number is a JSON number, kept as its exact text.
@@ -61,11 +62,14 @@ type Error struct {
 	Err    error
 }
 
+// Error returns the reason, stripped of the "jsontext: " prefix of the
+// underlying library.
 func (e *Error) Error() string {
+	reason := strings.TrimPrefix(e.Reason, "jsontext: ")
 	if e.Offset >= 0 {
-		return fmt.Sprintf("strictjson: %s (at byte %d)", e.Reason, e.Offset)
+		return fmt.Sprintf("strictjson: %s (at byte %d)", reason, e.Offset)
 	}
-	return "strictjson: " + e.Reason
+	return "strictjson: " + reason
 }
 
 func (e *Error) Unwrap() error { return e.Err }
@@ -189,9 +193,9 @@ func walk(b []byte, out *any) error {
 	// Anything but whitespace after the value is refused.
 	if _, err := dec.ReadToken(); err != io.EOF {
 		if err == nil {
-			err = errTrailingData
+			return &Error{Offset: dec.InputOffset(), Reason: errTrailingData.Error(), Err: errTrailingData}
 		}
-		return &Error{Offset: dec.InputOffset(), Reason: err.Error(), Err: err}
+		return &Error{Offset: -1, Reason: err.Error(), Err: err} // jsontext errors carry their offset
 	}
 	if out != nil {
 		*out = v
@@ -205,7 +209,7 @@ func readValue(dec *jsontext.Decoder, build bool) (any, error) {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
-		return nil, &Error{Offset: dec.InputOffset(), Reason: err.Error(), Err: err}
+		return nil, &Error{Offset: -1, Reason: err.Error(), Err: err} // jsontext errors carry their offset
 	}
 	switch tok.Kind() {
 	case 'n':
@@ -226,7 +230,7 @@ func readValue(dec *jsontext.Decoder, build bool) (any, error) {
 			if errors.As(err, &ne) && ne.Err == strconv.ErrRange {
 				return nil, &Error{Offset: dec.InputOffset(), Reason: fmt.Sprintf("%v: %.40q", ErrNumberRange, s), Err: ErrNumberRange}
 			}
-			return nil, &Error{Offset: dec.InputOffset(), Reason: err.Error(), Err: err}
+			return nil, &Error{Offset: -1, Reason: err.Error(), Err: err} // jsontext errors carry their offset
 		}
 		if !build {
 			return nil, nil
@@ -253,7 +257,7 @@ func readObject(dec *jsontext.Decoder, build bool) (any, error) {
 	for dec.PeekKind() != '}' {
 		tok, err := dec.ReadToken()
 		if err != nil {
-			return nil, &Error{Offset: dec.InputOffset(), Reason: err.Error(), Err: err}
+			return nil, &Error{Offset: -1, Reason: err.Error(), Err: err} // jsontext errors carry their offset
 		}
 		name := tok.String()
 		v, err := readValue(dec, build)
@@ -265,7 +269,7 @@ func readObject(dec *jsontext.Decoder, build bool) (any, error) {
 		}
 	}
 	if _, err := dec.ReadToken(); err != nil {
-		return nil, &Error{Offset: dec.InputOffset(), Reason: err.Error(), Err: err}
+		return nil, &Error{Offset: -1, Reason: err.Error(), Err: err} // jsontext errors carry their offset
 	}
 	if !build {
 		return nil, nil
@@ -288,7 +292,7 @@ func readArray(dec *jsontext.Decoder, build bool) (any, error) {
 		}
 	}
 	if _, err := dec.ReadToken(); err != nil {
-		return nil, &Error{Offset: dec.InputOffset(), Reason: err.Error(), Err: err}
+		return nil, &Error{Offset: -1, Reason: err.Error(), Err: err} // jsontext errors carry their offset
 	}
 	if !build {
 		return nil, nil

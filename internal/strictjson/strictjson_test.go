@@ -234,3 +234,17 @@ func BenchmarkDecode(b *testing.B) {
 		}
 	}
 }
+
+func TestErrorMessages(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"a":1,"\u0061":2}`: `strictjson: duplicate object member name "a"`,
+		`{"a":1} {}`:         `strictjson: trailing data after top-level value (at byte 9)`,
+		`{"a":1} x`:          `strictjson: invalid character 'x'`,
+		`[1e999]`:            `strictjson: number out of range: "1e999"`,
+	} {
+		_, err := Decode([]byte(in))
+		if err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("Decode(%s) error = %v, want prefix %q", in, err, want)
+		}
+	}
+}
