@@ -101,6 +101,10 @@ func TestRootEvidenceSuite(t *testing.T) {
 	for _, c := range res.Report.Cases {
 		if c.Outcome != evidence.OutcomePass {
 			t.Errorf("%s: got %s, want pass: %v", c.Name, c.Outcome, c.Reasons)
+			// What moat itself said, for the diagnosis.
+			if b, err := os.ReadFile(filepath.Join(out, "cases", c.Name, "moat.err")); err == nil {
+				t.Logf("%s: moat's stderr:\n%s", c.Name, b)
+			}
 		}
 	}
 	if !res.Report.Complete || len(res.Report.Cases) != len(evidence.Cases) {
