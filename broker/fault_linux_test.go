@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -26,6 +27,49 @@ func TestRootAuditFaultRealStorage(t *testing.T) {
 		testenv.Need(t, false, "mounting a tmpfs: "+err.Error())
 	}
 	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
+	auditFaultScenario(t, mnt)
+}
+
+// faultChildEnv marks the re-executed test binary of
+// TestAuditFaultRealStorageUserNS.
+const faultChildEnv = "MOAT_BROKER_TEST_FAULT_CHILD"
+
+// TestAuditFaultRealStorageUserNS runs the same scenario without root: the
+// test binary re-executes itself for this one test in a new user and mount
+// namespace, where it may mount its own small tmpfs.
+func TestAuditFaultRealStorageUserNS(t *testing.T) {
+	if os.Getenv(faultChildEnv) == "1" {
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			t.Fatalf("making / private in the child's mount namespace: %v", err)
+		}
+		mnt := t.TempDir()
+		if err := unix.Mount("tmpfs", mnt, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=1m,mode=0700"); err != nil {
+			t.Fatalf("mounting a tmpfs in the child: %v", err)
+		}
+		defer unix.Unmount(mnt, unix.MNT_DETACH)
+		auditFaultScenario(t, mnt)
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestAuditFaultRealStorageUserNS$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), faultChildEnv+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+	}
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		testenv.Need(t, false, "starting a child in a new user+mount namespace: "+err.Error())
+	}
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestAuditFaultRealStorageUserNS") {
+		t.Fatalf("the scenario failed in the child (%v):\n%s", err, out)
+	}
+}
+
+// auditFaultScenario runs the real-storage audit fault on a fresh, small
+// tmpfs mounted at mnt.
+func auditFaultScenario(t *testing.T, mnt string) {
 	j := openTestJournal(t, filepath.Join(mnt, "run"))
 	fp := newFakeProvider(t, false)
 	h := startBroker(t, fp, testPolicy(fp.srv.URL, 100), nil, j)
