@@ -515,3 +515,16 @@ func TestRefusalKeepsJournalValid(t *testing.T) {
 	h.mustSucceed()
 	h.j.verifyAll(t)
 }
+
+// TestLoopbackOnlyDialGuard: the dial guard of plain-http providers admits
+// loopback addresses only (checked without dialing anything).
+func TestLoopbackOnlyDialGuard(t *testing.T) {
+	for addr, ok := range map[string]bool{
+		"127.0.0.1:80": true, "127.1.2.3:8080": true, "[::1]:443": true,
+		"10.0.0.1:80": false, "[2001:db8::1]:80": false, "0.0.0.0:80": false, "[::]:80": false, "169.254.169.254:80": false,
+	} {
+		if err := loopbackOnly("tcp", addr, nil); (err == nil) != ok {
+			t.Errorf("loopbackOnly(%s) = %v, want allowed=%v", addr, err, ok)
+		}
+	}
+}

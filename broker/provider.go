@@ -107,16 +107,7 @@ func defaultTransport(pp *policy.Provider, plain bool) (*http.Transport, error) 
 	}
 	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	if plain {
-		d.Control = func(network, address string, _ syscall.RawConn) error {
-			host, _, err := net.SplitHostPort(address)
-			if err != nil {
-				return err
-			}
-			if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-				return fmt.Errorf("moat: refused: plain http to non-loopback address %s", address)
-			}
-			return nil
-		}
+		d.Control = loopbackOnly
 	}
 	return &http.Transport{
 		Proxy:                 nil,
@@ -129,6 +120,19 @@ func defaultTransport(pp *policy.Provider, plain bool) (*http.Transport, error) 
 		IdleConnTimeout:       90 * time.Second,
 		DisableCompression:    true,
 	}, nil
+}
+
+// loopbackOnly is the dial guard of plain-http providers: whatever the
+// name resolved to, the socket connects only to a loopback address.
+func loopbackOnly(network, address string, _ syscall.RawConn) error {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return err
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("moat: refused: plain http to non-loopback address %s", address)
+	}
+	return nil
 }
 
 func readCapped(path string, limit int64) ([]byte, error) {
