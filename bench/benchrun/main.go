@@ -49,8 +49,9 @@ func main() {
 	os.WriteFile(pol, []byte(fmt.Sprintf("version: 1\nfilesystem:\n  read_only: [/usr, /bin, /lib, /lib64]\n  read_write: [%s]\naudit:\n  dir: %s\n", ws, filepath.Join(*work, "audit"))), 0o644)
 
 	coldStart(pol, ws)
+	warmExec(pol)
 	brokerBench()
-	scale(pol)
+	scale()
 
 	writeResults(time.Since(start))
 }
@@ -202,16 +203,48 @@ func brokerBench() {
 	}
 }
 
+// warmExec times `moat sandbox exec` in a sandbox created (and confirmed)
+// beforehand: what an agent harness pays per command.
+func warmExec(pol string) {
+	state := filepath.Join(*work, "state-warm")
+	os.Setenv("MOAT_STATE_DIR", state)
+	defer os.Unsetenv("MOAT_STATE_DIR")
+	if out, err := run(*moat, "sandbox", "create", "--name", "warm", "--policy", pol); err != nil {
+		notes = append(notes, fmt.Sprintf("warm exec: create: %v: %s", err, out))
+		return
+	}
+	defer run(*moat, "sandbox", "delete", "warm")
+	bwrap := "bwrap --unshare-all --die-with-parent --new-session --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib --symlink usr/lib64 /lib64 --proc /proc --dev /dev --tmpfs /tmp --cap-drop ALL --uid 1000 --gid 1000 /bin/true"
+	m, err := hyperfine(*moat+" sandbox exec warm -- /bin/true", bwrap)
+	if err != nil {
+		notes = append(notes, "warm exec: "+err.Error())
+		return
+	}
+	add("warm start: moat sandbox exec (confirmed sandbox) vs bwrap", ms(m[0]), ms(m[1]), m[0]/m[1], "(no target)", true)
+}
+
 // scale creates n sandboxes at once and reports the time until all are
 // Ready and the resident memory per sandbox (supervisor with its broker,
 // plus the sandbox's init).
-func scale(pol string) {
+func scale() {
 	for _, n := range []int{1, 50} {
 		if quick && n > 10 {
 			n = 10
 		}
 		state := filepath.Join(*work, fmt.Sprintf("state-%d", n))
 		env := append(os.Environ(), "MOAT_STATE_DIR="+state)
+		// Each sandbox its own workspace and policy: they share nothing.
+		pols := make([]string, n)
+		for i := range n {
+			ws := filepath.Join(*work, fmt.Sprintf("ws-%d-%d", n, i))
+			os.MkdirAll(ws, 0o777)
+			os.Chmod(ws, 0o777)
+			if os.Geteuid() == 0 {
+				os.Chown(ws, 65534, 65534)
+			}
+			pols[i] = filepath.Join(*work, fmt.Sprintf("policy-%d-%d.yaml", n, i))
+			os.WriteFile(pols[i], []byte(fmt.Sprintf("version: 1\nfilesystem:\n  read_only: [/usr, /bin, /lib, /lib64]\n  read_write: [%s]\naudit:\n  dir: %s\n", ws, filepath.Join(*work, "audit"))), 0o644)
+		}
 		t0 := time.Now()
 		var wg sync.WaitGroup
 		var mu sync.Mutex
@@ -220,7 +253,7 @@ func scale(pol string) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				cmd := exec.Command(*moat, "sandbox", "create", "--name", fmt.Sprintf("b%d", i), "--policy", pol)
+				cmd := exec.Command(*moat, "sandbox", "create", "--name", fmt.Sprintf("b%d", i), "--policy", pols[i])
 				cmd.Env = env
 				if out, err := cmd.CombinedOutput(); err != nil {
 					mu.Lock()
