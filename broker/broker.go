@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -204,6 +205,7 @@ func (b *Broker) Serve(l net.Listener) error {
 		go func() {
 			defer b.wg.Done()
 			defer func() {
+				lingerClose(c)
 				b.mu.Lock()
 				delete(b.conns, c)
 				b.mu.Unlock()
@@ -212,6 +214,24 @@ func (b *Broker) Serve(l net.Listener) error {
 			b.serveConn(c)
 		}()
 	}
+}
+
+// Linger after a refusal: closing a socket that still holds unread request
+// bytes makes the kernel send a reset, which can destroy the refusal before
+// the client reads it. So the write side is shut first, and what the
+// client still sends is read and dropped for a moment (as net/http does).
+const (
+	lingerTime  = 500 * time.Millisecond
+	lingerBytes = 256 << 10
+)
+
+func lingerClose(c net.Conn) {
+	tc, ok := c.(interface{ CloseWrite() error })
+	if !ok || tc.CloseWrite() != nil {
+		return
+	}
+	c.SetReadDeadline(time.Now().Add(lingerTime))
+	io.CopyN(io.Discard, c, lingerBytes)
 }
 
 // Close stops accepting, cancels upstream requests, closes every worker

@@ -225,3 +225,26 @@ func manyHeaders(n, size int) []string {
 	}
 	return hs
 }
+
+// TestRefusalSurvivesUnreadBody: a refusal decided on the head reaches a
+// client that is still sending its body. (Linux loopback keeps queued data
+// readable after a reset, so this does not by itself show why lingerClose
+// exists; other paths and stacks do drop it.)
+func TestRefusalSurvivesUnreadBody(t *testing.T) {
+	h := newHarness(t, 10)
+	c, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	body := strings.Repeat("x", 1<<20)
+	io.WriteString(c, "POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Encoding: gzip\r\nContent-Length: "+fmt.Sprint(len(body))+"\r\n\r\n")
+	go io.WriteString(c, body)
+	time.Sleep(100 * time.Millisecond)
+	r := readResult(t, bufio.NewReader(c), c)
+	if r.status != 415 {
+		t.Errorf("status %d, want 415", r.status)
+	}
+	h.mustSucceed()
+}
