@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/internal/fsutil"
 )
 
 // harness is one scenario's world: a directory with a workspace, a tools
@@ -63,7 +64,7 @@ func newHarness(bin, backend string) (*harness, error) {
 		os.Chown(h.workspace, 65534, 65534)
 	}
 	h.probe = filepath.Join(h.tools, "moat")
-	if err := copyFile(bin, h.probe, 0o755); err != nil {
+	if err := fsutil.CopyFile(bin, h.probe, 0o755); err != nil {
 		return nil, err
 	}
 	h.provider, err = startProvider()
@@ -79,23 +80,6 @@ func (h *harness) close() {
 	}
 	h.provider.close()
 	os.RemoveAll(h.dir)
-}
-
-func copyFile(src, dst string, mode os.FileMode) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 // policyFile writes the scenario's policy and returns its path.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/internal/fsutil"
 )
 
 var scenarios = []scenario{
@@ -200,7 +201,7 @@ func privilegeFloor(ctx context.Context, h *harness) Result {
 	suid := filepath.Join(h.workspace, "suid-moat")
 	root := os.Geteuid() == 0
 	if root {
-		if err := copyFile(h.bin, suid, 0o755); err == nil {
+		if err := fsutil.CopyFile(h.bin, suid, 0o755); err == nil {
 			os.Chown(suid, 0, 0)
 			os.Chmod(suid, os.ModeSetuid|0o755)
 			// Control: outside the sandbox, the same file raises an
@@ -259,7 +260,7 @@ func attribution(ctx context.Context, h *harness) Result {
 		return v.result()
 	}
 	v.control(res.Status == audit.Complete, "the journal verifies complete against the key pinned from run-info (%s)", res.Status)
-	want, _ := fileSHA256(h.probe)
+	want, _ := fsutil.SHA256File(h.probe)
 	var req *audit.InferenceRequested
 	for _, e := range ents {
 		if r, ok := e.Record.(audit.InferenceRequested); ok {
@@ -317,7 +318,7 @@ func supervisorLoss(ctx context.Context, h *harness) Result {
 	for i := 0; i < 200; i++ {
 		left = left[:0]
 		for pid, start := range procs {
-			if procStart(pid) == start {
+			if fsutil.ProcStart(pid) == start {
 				left = append(left, pid)
 			}
 		}
@@ -394,7 +395,7 @@ func descendants(root int) map[int]uint64 {
 	for pid := range parent {
 		for p := parent[pid]; p > 0; p = parent[p] {
 			if p == root {
-				out[pid] = procStart(pid)
+				out[pid] = fsutil.ProcStart(pid)
 				break
 			}
 		}
@@ -416,22 +417,4 @@ func ppid(pid int) int {
 		}
 	}
 	return 0
-}
-
-func procStart(pid int) uint64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 || f[0] == "Z" {
-		return 0
-	}
-	n, _ := strconv.ParseUint(f[19], 10, 64)
-	return n
 }

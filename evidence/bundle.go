@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/moat-sandbox/moat/internal/fsutil"
 )
 
 // Bundle constants.
@@ -211,18 +213,7 @@ func hashTree(dir string) (map[string]string, error) {
 }
 
 // FileSHA256 returns the hex sha256 of a file.
-func FileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
+func FileSHA256(path string) (string, error) { return fsutil.SHA256File(path) }
 
 // FixtureSHA256 is the sha256 of the fixed case list as JSON.
 func FixtureSHA256() string {

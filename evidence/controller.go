@@ -18,6 +18,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/moat-sandbox/moat/internal/fsutil"
 )
 
 // Controller limits.
@@ -233,22 +235,7 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func copyFile(src, dst string, mode os.FileMode) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
-}
+func copyFile(src, dst string, mode os.FileMode) error { return fsutil.CopyFile(src, dst, mode) }
 
 // sourceInfo records the declared commit beside the binary's embedded one.
 func sourceInfo(binary, declared string) SourceInfo {

@@ -8,7 +8,6 @@ package sandbox
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -23,6 +22,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/internal/fsutil"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -90,18 +90,7 @@ func binarySHA256() (string, error) {
 }
 
 // FileSHA256 returns the hex sha256 of a file's contents.
-func FileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
+func FileSHA256(path string) (string, error) { return fsutil.SHA256File(path) }
 
 // Run runs one workload and returns its exit code. A non-nil error means
 // moat itself refused or failed (exit 125, or 126/127 when the command

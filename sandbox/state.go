@@ -7,13 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/internal/fsutil"
 )
 
 // The lifecycle's state lives in one directory: $MOAT_STATE_DIR if set,
@@ -155,25 +155,7 @@ func writeState(dir string, st *State) error {
 	return os.Rename(tmp, filepath.Join(dir, stateFile))
 }
 
-// procStart returns a process's start time (field 22 of /proc/<pid>/stat),
-// or 0 when the process does not exist.
-func procStart(pid int) uint64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0
-	}
-	v, _ := strconv.ParseUint(f[19], 10, 64)
-	return v
-}
+func procStart(pid int) uint64 { return fsutil.ProcStart(pid) }
 
 // alive reports whether the supervisor recorded in st still runs.
 func (st *State) alive() bool {
