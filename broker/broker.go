@@ -496,7 +496,8 @@ const (
 // refuse journals an inference.refused record, logs one line and answers
 // in the API's shape; the connection is then closed.
 func (b *Broker) refuse(w *conn, api, id, provider, endpoint string, fe *frontError) {
-	msg := strings.ToValidUTF8("moat: refused: "+fe.Msg, "\uFFFD") // the journal takes valid UTF-8 only
+	// Messages from broker/wire already say "moat: refused: "; say it once.
+	msg := strings.ToValidUTF8("moat: refused: "+strings.TrimPrefix(fe.Msg, "moat: refused: "), "\uFFFD") // the journal takes valid UTF-8 only
 	b.log.Info("moat.broker refused", "request_id", id, "reason", fe.Code, "provider", provider, "endpoint", endpoint, "detail", fe.Msg)
 	b.append(audit.InferenceRefused{RequestID: id, Reason: fe.Code, Detail: msg,
 		Provider: provider, Endpoint: endpoint, Attribution: b.attribute(w.c)}) // a no-op once the journal failed

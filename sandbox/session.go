@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -46,6 +47,7 @@ type Session struct {
 	brk      *broker.Broker
 	stateDir string
 	checks   []audit.Check
+	log      *slog.Logger // one line per broker decision, to moat's stderr
 	nproc    atomic.Int64
 	fatal    chan string
 
@@ -100,6 +102,7 @@ func Open(ctx context.Context, o SessionOptions) (*Session, error) {
 	fmt.Fprintf(stderr, "moat: run %s: journal %s (key %s)\n", runID, w.JournalPath(), w.KeyID())
 	s := &Session{RunID: runID, Backend: be.Name(), pol: pol, w: w, fatal: make(chan string, 1),
 		running: map[string]boundary.Running{}}
+	s.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	if err := s.open(ctx, be, getenv, o.Explain); err != nil {
 		reason := "failed"
 		if _, ok := err.(*RefusedError); ok {
@@ -175,6 +178,7 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, getenv func(str
 		Policy: pol, Journal: s.w, Attributor: sb.Attributor(),
 		AttributionUnavailable: sb.Mechanisms().AttributionUnavailable,
 		Credentials:            creds,
+		Log:                    s.log,
 		OnFatal: func(reason string, err error) {
 			select {
 			case s.fatal <- fmt.Sprintf("%s: %v", reason, err):
