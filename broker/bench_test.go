@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,21 +56,35 @@ func doPost(b *testing.B, c *http.Client, url, body string) {
 	}
 }
 
-// BenchmarkLatency: one non-streaming request at a time.
+// BenchmarkLatency: one non-streaming request at a time; reports the
+// median and 99th percentile besides the mean.
 func BenchmarkLatency(b *testing.B) {
 	fp, h := benchProvider(b)
-	b.Run("direct", func(b *testing.B) {
-		c := benchClient()
-		for b.Loop() {
-			doPost(b, c, fp.srv.URL+"/v1/messages", anthropicBody)
-		}
-	})
-	b.Run("broker", func(b *testing.B) {
-		c := benchClient()
-		for b.Loop() {
-			doPost(b, c, "http://"+h.addr+"/v1/messages", anthropicBody)
-		}
-	})
+	for _, tc := range []struct{ name, url string }{
+		{"direct", fp.srv.URL + "/v1/messages"},
+		{"broker", "http://" + h.addr + "/v1/messages"},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			c := benchClient()
+			var d []time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				doPost(b, c, tc.url, anthropicBody)
+				d = append(d, time.Since(t0))
+			}
+			reportPercentiles(b, d)
+		})
+	}
+}
+
+// reportPercentiles adds p50-ns and p99-ns metrics.
+func reportPercentiles(b *testing.B, d []time.Duration) {
+	if len(d) == 0 {
+		return
+	}
+	slices.Sort(d)
+	b.ReportMetric(float64(d[len(d)/2].Nanoseconds()), "p50-ns")
+	b.ReportMetric(float64(d[(len(d)*99)/100].Nanoseconds()), "p99-ns")
 }
 
 // BenchmarkFsync: one 1 KiB append plus fsync on the file system of the
@@ -81,12 +96,16 @@ func BenchmarkFsync(b *testing.B) {
 	}
 	defer f.Close()
 	line := bytes.Repeat([]byte("x"), 1024)
+	var d []time.Duration
 	for b.Loop() {
+		t0 := time.Now()
 		f.Write(line)
 		if err := f.Sync(); err != nil {
 			b.Fatal(err)
 		}
+		d = append(d, time.Since(t0))
 	}
+	reportPercentiles(b, d)
 }
 
 // BenchmarkJournalAppend: one inference.requested record through the real
