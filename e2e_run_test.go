@@ -521,3 +521,23 @@ func TestRunJournalVerifies(t *testing.T) {
 		t.Errorf("journal has %d records, want at least run.started, boundary.confirmed, run.terminated", n)
 	}
 }
+
+// SIGTERM to moat run reaches the workload, whose own exit code comes back.
+func TestRunForwardsSignals(t *testing.T) {
+	e := newEnv(t)
+	pol := e.policy("")
+	ready := filepath.Join(e.workspace, "trap-set")
+	runInfo := filepath.Join(e.dir, "run.json")
+	cmd := e.command("run", "--policy", pol, "--run-info", runInfo, "--", "sh", "-c",
+		`trap 'exit 42' TERM; touch `+ready+`; while :; do sleep 0.1; done`)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	waitFor(t, "the workload's trap", 30*time.Second, func() bool { _, err := os.Stat(ready); return err == nil })
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
+	if got := cmd.ProcessState.ExitCode(); got != 42 {
+		t.Errorf("got exit %d, want the workload's 42 from its TERM trap", got)
+	}
+}
