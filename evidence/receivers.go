@@ -55,19 +55,10 @@ type Receivers struct {
 // StartReceivers starts the TCP, UDP and abstract receivers, logging to
 // eventsPath. The pathname sockets come later, with PlaceUnix.
 func StartReceivers(eventsPath string) (*Receivers, error) {
-	l, err := openEventLog(eventsPath)
+	r, err := startTCPReceiver(eventsPath, RecvTCP)
 	if err != nil {
 		return nil, err
 	}
-	r := &Receivers{log: l, controls: map[string]bool{}, nonce: newNonce()}
-	tl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		r.Close()
-		return nil, err
-	}
-	r.add(tl)
-	r.TCPAddr = tl.Addr().String()
-	go r.acceptLoop(RecvTCP, tl)
 	uc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		r.Close()
@@ -118,6 +109,12 @@ func (r *Receivers) PlaceUnix(dir string) error {
 // StartRedirectTarget starts the separate receiver that a provider
 // redirect points at; it must observe nothing.
 func StartRedirectTarget(eventsPath string) (*Receivers, error) {
+	return startTCPReceiver(eventsPath, RecvRedirect)
+}
+
+// startTCPReceiver opens the event log and a TCP receiver of the given
+// kind on 127.0.0.1.
+func startTCPReceiver(eventsPath, kind string) (*Receivers, error) {
 	l, err := openEventLog(eventsPath)
 	if err != nil {
 		return nil, err
@@ -130,7 +127,7 @@ func StartRedirectTarget(eventsPath string) (*Receivers, error) {
 	}
 	r.add(tl)
 	r.TCPAddr = tl.Addr().String()
-	go r.acceptLoop(RecvRedirect, tl)
+	go r.acceptLoop(kind, tl)
 	return r, nil
 }
 
