@@ -20,7 +20,9 @@ const (
 	DefaultOpenFiles            = 1024
 	DefaultMaxRequests          = 32
 	DefaultMaxOutputTokens      = 8192
+	DefaultMaxRefusals          = 64
 	DefaultAuditDir             = ".moat/runs" // under the current directory
+	DefaultAuditMaxBytes   Size = 64 << 20
 	DefaultPATH                 = "/usr/local/bin:/usr/bin:/bin"
 	DefaultHOME                 = "/tmp" // the private tmpfs: writable, empty, gone after the run
 
@@ -40,6 +42,8 @@ const (
 	MaxOpenFiles              = 1 << 20 // the kernel's default nr_open
 	MaxRequestsLimit          = 1 << 20
 	MaxOutputTokensLimit      = 1 << 20
+	MaxRefusalsLimit          = 1 << 20
+	MinAuditMaxBytes     Size = 1 << 20
 
 	MaxGrants        = 128 // per list
 	MaxProviders     = 32
@@ -83,8 +87,10 @@ func defaults() *Policy {
 		Inference: Inference{
 			MaxRequests:     DefaultMaxRequests,
 			MaxOutputTokens: DefaultMaxOutputTokens,
+			MaxRefusals:     DefaultMaxRefusals,
 			Providers:       []Provider{},
 		},
+		Audit: Audit{MaxBytes: DefaultAuditMaxBytes},
 	}
 }
 

@@ -66,7 +66,9 @@ func ExamplePolicy_YAML() {
 	//   max_requests: 32
 	//   require_attribution: false
 	//   max_output_tokens: 8192
+	//   max_refusals: 64
 	//   providers: []
 	// audit:
 	//   dir: /var/lib/moat/runs
+	//   max_bytes: 64Mi
 }

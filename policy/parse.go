@@ -74,9 +74,9 @@ var (
 	filesystemKeys = []string{"read_only", "read_write", "tmp_size"}
 	processKeys    = []string{"uid", "gid", "host_uid", "host_gid", "env", "workdir", "limits"}
 	limitsKeys     = []string{"memory", "pids", "open_files"}
-	inferenceKeys  = []string{"max_requests", "require_attribution", "max_output_tokens", "providers"}
+	inferenceKeys  = []string{"max_requests", "require_attribution", "max_output_tokens", "max_refusals", "providers"}
 	providerKeys   = []string{"name", "api", "base_url", "credential_env", "models", "ca_file"}
-	auditKeys      = []string{"dir"}
+	auditKeys      = []string{"dir", "max_bytes"}
 )
 
 // decoder walks the YAML node tree against the schema, filling a Policy
@@ -176,6 +176,11 @@ func (d *decoder) decode(data []byte) *Policy {
 				p.Audit.Dir = s
 			}
 		}
+		if n := f["max_bytes"]; n != nil {
+			if v, ok := d.size(n, "audit.max_bytes", MinAuditMaxBytes); ok {
+				p.Audit.MaxBytes = v
+			}
+		}
 	}
 	return p
 }
@@ -268,6 +273,11 @@ func (d *decoder) inference(n *yaml.Node, inf *Inference) {
 	if n := f["max_output_tokens"]; n != nil {
 		if v, ok := d.limit(n, "inference.max_output_tokens", 0, MaxOutputTokensLimit); ok {
 			inf.MaxOutputTokens = v
+		}
+	}
+	if n := f["max_refusals"]; n != nil {
+		if v, ok := d.limit(n, "inference.max_refusals", 0, MaxRefusalsLimit); ok {
+			inf.MaxRefusals = v
 		}
 	}
 	if n := f["providers"]; n != nil {

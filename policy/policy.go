@@ -93,10 +93,14 @@ type Limits struct {
 
 // Inference configures the broker.
 type Inference struct {
-	MaxRequests        int        `yaml:"max_requests" json:"max_requests"`
-	RequireAttribution bool       `yaml:"require_attribution" json:"require_attribution"`
-	MaxOutputTokens    int        `yaml:"max_output_tokens" json:"max_output_tokens"`
-	Providers          []Provider `yaml:"providers" json:"providers"`
+	MaxRequests        int  `yaml:"max_requests" json:"max_requests"`
+	RequireAttribution bool `yaml:"require_attribution" json:"require_attribution"`
+	MaxOutputTokens    int  `yaml:"max_output_tokens" json:"max_output_tokens"`
+	// MaxRefusals is how many requests the broker may refuse in one run;
+	// the refusal past it ends the run (reason refusal_limit), so that a
+	// workload cannot fill the journal with refusals. Default 64.
+	MaxRefusals int        `yaml:"max_refusals" json:"max_refusals"`
+	Providers   []Provider `yaml:"providers" json:"providers"`
 }
 
 // Provider is one upstream model API.
@@ -114,6 +118,10 @@ type Audit struct {
 	// Dir holds one directory per run. It must not be, lie inside or
 	// contain any grant. Default: .moat/runs under the current directory.
 	Dir string `yaml:"dir" json:"dir"`
+	// MaxBytes caps the journal bytes the broker writes in one run; the
+	// record that reaches it ends the run (reason journal_limit).
+	// Default 64Mi, at least 1Mi.
+	MaxBytes Size `yaml:"max_bytes" json:"max_bytes"`
 }
 
 // Size is a byte count written as an integer or with a binary suffix

@@ -61,6 +61,16 @@ func TestParseValid(t *testing.T) {
 				t.Errorf("got %+v, want %+v", p, want)
 			}
 		}},
+		{"run-wide caps", "inference: {max_refusals: 0}\naudit: {max_bytes: 1Mi}\n", func(t *testing.T, p *Policy) {
+			if p.Inference.MaxRefusals != 0 || p.Audit.MaxBytes != 1<<20 {
+				t.Errorf("max_refusals %d, max_bytes %d; want 0 and %d", p.Inference.MaxRefusals, p.Audit.MaxBytes, 1<<20)
+			}
+		}},
+		{"run-wide caps default", "version: 1\n", func(t *testing.T, p *Policy) {
+			if p.Inference.MaxRefusals != DefaultMaxRefusals || p.Audit.MaxBytes != DefaultAuditMaxBytes {
+				t.Errorf("max_refusals %d, max_bytes %d; want %d and %d", p.Inference.MaxRefusals, p.Audit.MaxBytes, DefaultMaxRefusals, DefaultAuditMaxBytes)
+			}
+		}},
 		{"comments only", "# nothing\n", func(t *testing.T, p *Policy) {
 			if p.Version != 1 || p.Backend != "native" {
 				t.Errorf("got version %d backend %q, want 1 native", p.Version, p.Backend)
@@ -197,6 +207,15 @@ func TestParseErrors(t *testing.T) {
 		{"negative open_files", "process: {limits: {open_files: -1}}\n", []want{{CodeNegative, "process.limits.open_files"}}},
 		{"negative max_requests", "inference: {max_requests: -1}\n", []want{{CodeNegative, "inference.max_requests"}}},
 		{"negative max_output_tokens", "inference: {max_output_tokens: -100}\n", []want{{CodeNegative, "inference.max_output_tokens"}}},
+		{"negative max_refusals", "inference: {max_refusals: -1}\n", []want{{CodeNegative, "inference.max_refusals"}}},
+		{"max_refusals huge", "inference: {max_refusals: 1048577}\n", []want{{CodeBadValue, "inference.max_refusals"}}},
+		{"max_refusals string", "inference: {max_refusals: \"64\"}\n", []want{{CodeWrongType, "inference.max_refusals"}}},
+		{"max_refusals null", "inference: {max_refusals: }\n", []want{{CodeNull, "inference.max_refusals"}}},
+		{"audit max_bytes too small", "audit: {max_bytes: 1Ki}\n", []want{{CodeBadValue, "audit.max_bytes"}}},
+		{"audit max_bytes negative", "audit: {max_bytes: -1}\n", []want{{CodeNegative, "audit.max_bytes"}}},
+		{"audit max_bytes bad size", "audit: {max_bytes: 64MB}\n", []want{{CodeBadSize, "audit.max_bytes"}}},
+		{"audit max_bytes list", "audit: {max_bytes: [1]}\n", []want{{CodeWrongType, "audit.max_bytes"}}},
+		{"audit unknown key", "audit: {max_byte: 1Mi}\n", []want{{CodeUnknownKey, "audit.max_byte"}}},
 		{"zero pids", "process: {limits: {pids: 0}}\n", []want{{CodeBadValue, "process.limits.pids"}}},
 		{"negative memory", "process: {limits: {memory: -1}}\n", []want{{CodeNegative, "process.limits.memory"}}},
 		{"negative memory suffix", "process: {limits: {memory: -64Mi}}\n", []want{{CodeNegative, "process.limits.memory"}}},
