@@ -134,8 +134,8 @@ func (w *walker) String() string {
 		switch {
 		case s.index >= 0:
 			b.WriteString("[" + strconv.Itoa(s.index) + "]")
-		case !isIdent(s.name):
-			b.WriteString("[" + strconv.Quote(s.name) + "]")
+		case len(s.name) > MaxQuotedBytes || !isIdent(s.name):
+			b.WriteString("[" + Quote(s.name) + "]")
 		default:
 			if b.Len() > 0 {
 				b.WriteByte('.')
@@ -237,7 +237,7 @@ func (n *node) validateKind(p *walker, v any) *Refusal {
 			return d.at(p.String())
 		}
 		if n.enum != nil && !slices.Contains(n.enum, s) {
-			return refuse("invalid_value", p.String(), "%q is not allowed (allowed: %s)", s, strings.Join(n.enum, ", "))
+			return refuse("invalid_value", p.String(), "%s is not allowed (allowed: %s)", Quote(s), strings.Join(n.enum, ", "))
 		}
 		return nil
 	case kNumber, kInteger:
@@ -302,7 +302,7 @@ func (n *node) validateKind(p *walker, v any) *Refusal {
 					return d.at(p.fieldString(n.tagKey))
 				}
 			}
-			return refuse("unknown_type", p.fieldString(n.tagKey), "%q is not a %s moat forwards (allowed: %s); use one of those", tag, n.tagKey, strings.Join(n.tagNames(), ", "))
+			return refuse("unknown_type", p.fieldString(n.tagKey), "%s is not a %s moat forwards (allowed: %s); use one of those", Quote(tag), n.tagKey, strings.Join(n.tagNames(), ", "))
 		}
 		if r := sub.validateFields(p, m, n.tagKey); r != nil {
 			return r
@@ -355,7 +355,8 @@ func (n *node) tagNames() []string {
 
 // validateFields checks every member of m against n.fields; skip names a
 // member already checked by the caller (a tag). A null member counts as
-// absent, as the provider APIs treat it.
+// absent, as the provider APIs treat it, except for a field refused by name
+// (kDeny), which is refused even as null.
 func (n *node) validateFields(p *walker, m map[string]any, skip string) *Refusal {
 	for _, name := range n.required {
 		if v, ok := m[name]; !ok || v == nil {
@@ -379,6 +380,12 @@ func (n *node) validateFields(p *walker, m map[string]any, skip string) *Refusal
 		}
 		v := m[name]
 		if v == nil {
+			if f.kind == kDeny {
+				// A refused field is refused by name: its presence alone
+				// reaches the provider, and a provider may read null as
+				// "use the default" of a feature moat refuses.
+				return refuse(f.deny.code, p.fieldString(name), "%s (an explicit null is refused too: remove the field)", f.deny.msg)
+			}
 			continue
 		}
 		p.push(seg{name: name, index: -1})

@@ -42,7 +42,11 @@
 //     "store": false when the request does not say, and refuses
 //     "store": true. openai-chat refuses "store": true (absence means false).
 //   - Nulls. A null optional field is accepted as absent, as the providers
-//     treat it; a null required field is refused.
+//     treat it; a null required field is refused. A field refused by name
+//     (mcp_servers, container, previous_response_id, …) is refused even
+//     as null. "stream": null is normalised: the member is removed from the
+//     canonical body, so the provider and the broker both read it as a
+//     non-streaming request.
 //   - Numbers are canonical RFC 8785 numbers (see strictjson); output limits
 //     must be integers in that form.
 //   - Only these endpoints are admitted; message batches, files, stored
@@ -60,11 +64,13 @@
 package wire
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/moat-sandbox/moat/internal/strictjson"
 )
@@ -174,7 +180,7 @@ func Admit(api, endpointPath string, body []byte, lim Limits) (*Request, *Refusa
 		if len(lim.Models) > 0 {
 			allowed = strings.Join(lim.Models, ", ")
 		}
-		return nil, refuse("model_not_allowed", "model", "model %q is not allowed by policy (allowed: %s)", model, allowed)
+		return nil, refuse("model_not_allowed", "model", "model %s is not allowed by policy (allowed: %s)", Quote(model), allowed)
 	}
 	changed := false
 	maxTokens := 0
@@ -184,6 +190,12 @@ func Admit(api, endpointPath string, body []byte, lim Limits) (*Request, *Refusa
 		if r != nil {
 			return nil, r
 		}
+	}
+	if v, present := top["stream"]; present && v == nil {
+		// The broker reads an absent or null stream as false and answers
+		// accordingly; the provider gets what the broker assumed.
+		delete(top, "stream")
+		changed = true
 	}
 	for _, f := range ep.forceFalse {
 		if top[f] == nil {
@@ -246,14 +258,54 @@ func invalidJSON(err error) *Refusal {
 	if errors.As(err, &se) {
 		why = strings.TrimPrefix(strings.TrimPrefix(why, "strictjson: "), "jsontext: ")
 	}
-	return refuse("invalid_json", "", "the request body is not strict JSON (%s); send one JSON object with unique member names and valid UTF-8", why)
+	return refuse("invalid_json", "", "the request body is not strict JSON (%s); send one JSON object with unique member names and valid UTF-8", Bound(why))
 }
 
 // quotePath quotes a client-supplied path for a message, bounded.
-func quotePath(p string) string {
-	const maxShown = 200
-	if len(p) > maxShown {
-		p = p[:maxShown] + "…"
+func quotePath(p string) string { return Quote(p) }
+
+// MaxQuotedBytes caps how many bytes of one client-supplied value a
+// refusal quotes. A longer value is quoted as its first MaxQuotedBytes
+// (cut on a UTF-8 boundary) followed by its length and sha256, so that a
+// refusal, its journal record and its log line stay small whatever the
+// client sent, and the value can still be matched against what the
+// client kept.
+const MaxQuotedBytes = 256
+
+// Quote quotes a client-supplied value for a refusal message: %q of the
+// whole value when it is at most MaxQuotedBytes long, else %q of a prefix,
+// "…", and "(N bytes, sha256 HEX)" of the whole value.
+func Quote(s string) string {
+	if len(s) <= MaxQuotedBytes {
+		return strconv.Quote(s)
 	}
-	return fmt.Sprintf("%q", p)
+	return strconv.Quote(prefix(s, MaxQuotedBytes)) + "…" + digest(s)
+}
+
+// Bound shortens a text that embeds client-supplied bytes (a parser's
+// error, say) in the same way as Quote, without quoting it: a text of at
+// most MaxQuotedBytes is returned as valid UTF-8, a longer one as a prefix,
+// "…", and its length and sha256.
+func Bound(s string) string {
+	if len(s) <= MaxQuotedBytes {
+		return strings.ToValidUTF8(s, "\uFFFD")
+	}
+	return strings.ToValidUTF8(prefix(s, MaxQuotedBytes), "\uFFFD") + "…" + digest(s)
+}
+
+// prefix is s cut to at most n bytes, not inside a UTF-8 sequence.
+func prefix(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > n-utf8.UTFMax && cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}
+
+func digest(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return " (" + strconv.Itoa(len(s)) + " bytes, sha256 " + hex.EncodeToString(sum[:]) + ")"
 }

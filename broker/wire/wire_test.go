@@ -1,8 +1,13 @@
 package wire
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 var testLimits = Limits{Models: []string{"claude-sonnet-4-5", "gpt-4.1"}, MaxOutputTokens: 4096}
@@ -82,7 +87,10 @@ var ruleCases = []ruleCase{
 	{"web search result block", APIAnthropicMessages, anthUser(`{"type":"web_search_tool_result","tool_use_id":"srvtoolu_1","content":[]}`), "server_tool", `messages[0].content[0].type`, anthUser(`{"type":"tool_result","tool_use_id":"toolu_1","content":[]}`), ""},
 	{"tool_use called by code execution", APIAnthropicMessages, `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"n","input":{},"caller":{"type":"code_execution_20250825","tool_id":"x"}}]}]}`, "server_tool", `messages[0].content[0].caller.type`, `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"n","input":{},"caller":{"type":"direct"}}]}]}`, ""},
 	{"web search citation", APIAnthropicMessages, anthUser(`{"type":"text","text":"x","citations":[{"type":"web_search_result_location","url":"https://example.com","title":"t","encrypted_index":"e","cited_text":"c"}]}`), "server_tool", `messages[0].content[0].citations[0].type`, anthUser(`{"type":"text","text":"x","citations":[{"type":"char_location","cited_text":"c","document_index":0,"document_title":"d","start_char_index":0,"end_char_index":1}]}`), ""},
-	{"MCP servers", APIAnthropicMessages, anthTop(`,"mcp_servers":[{"type":"url","url":"https://mcp.example.com","name":"x"}]`), "mcp_server", `mcp_servers`, anthTop(`,"mcp_servers":null`), ""},
+	{"MCP servers", APIAnthropicMessages, anthTop(`,"mcp_servers":[{"type":"url","url":"https://mcp.example.com","name":"x"}]`), "mcp_server", `mcp_servers`, anthTop(``), ""},
+	{"MCP servers null", APIAnthropicMessages, anthTop(`,"mcp_servers":null`), "mcp_server", `mcp_servers`, anthTop(``), ""},
+	{"container null", APIAnthropicMessages, anthTop(`,"container":null`), "server_state", `container`, anthTop(`,"metadata":null`), ""},
+	{"context management null", APIAnthropicMessages, anthTop(`,"context_management":null`), "context_management", `context_management`, anthTop(`,"service_tier":null`), ""},
 	{"MCP toolset", APIAnthropicMessages, anthTop(`,"tools":[{"type":"mcp_toolset","mcp_server_name":"x"}]`), "mcp_server", `tools[0].type`, anthTop(`,"tools":[]`), ""},
 	{"context management", APIAnthropicMessages, anthTop(`,"context_management":{"edits":[{"type":"clear_tool_uses_20250919"}]}`), "context_management", `context_management`, anthTop(``), ""},
 	{"compaction block", APIAnthropicMessages, `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"assistant","content":[{"type":"compaction","content":"summary"}]}]}`, "server_compaction", `messages[0].content[0].type`, `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"assistant","content":[{"type":"text","text":"summary"}]}]}`, ""},
@@ -118,7 +126,11 @@ var ruleCases = []ruleCase{
 	{"chat unknown role", APIOpenAIChat, `{"model":"gpt-4.1","messages":[{"role":"root","content":"x"}]}`, "unknown_type", `messages[0].role`, `{"model":"gpt-4.1","messages":[{"role":"developer","content":"x"}]}`, ""},
 
 	// openai-responses
-	{"responses previous_response_id", APIOpenAIResponses, respTop(`,"previous_response_id":"resp_01"`), "server_state", `previous_response_id`, respTop(`,"previous_response_id":null`), ""},
+	{"responses previous_response_id", APIOpenAIResponses, respTop(`,"previous_response_id":"resp_01"`), "server_state", `previous_response_id`, respTop(``), ""},
+	{"responses previous_response_id null", APIOpenAIResponses, respTop(`,"previous_response_id":null`), "server_state", `previous_response_id`, respTop(`,"instructions":null`), ""},
+	{"responses conversation null", APIOpenAIResponses, respTop(`,"conversation":null`), "server_state", `conversation`, respTop(``), ""},
+	{"chat web search null", APIOpenAIChat, chatTop(`,"web_search_options":null`), "server_tool", `web_search_options`, chatTop(`,"temperature":null`), ""},
+	{"chat file id null", APIOpenAIChat, chatUser(`{"type":"file","file":{"file_data":"data:text/plain;base64,eA==","file_id":null}}`), "file_reference", `messages[0].content[0].file.file_id`, chatUser(`{"type":"file","file":{"file_data":"data:text/plain;base64,eA==","filename":null}}`), ""},
 	{"responses conversation", APIOpenAIResponses, respTop(`,"conversation":"conv_01"`), "server_state", `conversation`, respTop(``), ""},
 	{"responses store", APIOpenAIResponses, respTop(`,"store":true`), "server_state", `store`, respTop(`,"store":false`), ""},
 	{"responses background", APIOpenAIResponses, respTop(`,"background":true`), "server_state", `background`, respTop(`,"background":false`), ""},
@@ -243,6 +255,15 @@ func TestCanonicalOutput(t *testing.T) {
 		{"responses store false and max_output_tokens written", APIOpenAIResponses, "/v1/responses",
 			`{"model":"gpt-4.1","input":"hi"}`,
 			`{"input":"hi","max_output_tokens":4096,"model":"gpt-4.1","store":false}`, 4096, false},
+		{"anthropic null stream removed", APIAnthropicMessages, "/v1/messages",
+			`{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[],"stream":null}`,
+			`{"max_tokens":5,"messages":[],"model":"claude-sonnet-4-5"}`, 5, false},
+		{"chat null stream removed", APIOpenAIChat, "/v1/chat/completions",
+			`{"model":"gpt-4.1","messages":[],"max_tokens":5,"stream":null}`,
+			`{"max_tokens":5,"messages":[],"model":"gpt-4.1"}`, 5, false},
+		{"responses null stream removed", APIOpenAIResponses, "/v1/responses",
+			`{"model":"gpt-4.1","input":"hi","stream":null,"store":false,"max_output_tokens":7}`,
+			`{"input":"hi","max_output_tokens":7,"model":"gpt-4.1","store":false}`, 7, false},
 		{"responses null store forced false", APIOpenAIResponses, "/v1/responses",
 			`{"model":"gpt-4.1","input":"hi","store":null,"max_output_tokens":7}`,
 			`{"input":"hi","max_output_tokens":7,"model":"gpt-4.1","store":false}`, 7, false},
@@ -276,5 +297,63 @@ func TestRefusalError(t *testing.T) {
 	want := `moat: refused: model: model "x" is not allowed by policy (allowed: claude-sonnet-4-5, gpt-4.1)`
 	if err.Error() != want {
 		t.Errorf("Error() = %q, want %q", err.Error(), want)
+	}
+}
+
+// TestRefusalQuotesBounded: a refusal quotes at most MaxQuotedBytes of a
+// client-supplied value, plus its length and sha256, wherever the value
+// appears (model, enum value, tag, member name, a parser's error).
+func TestRefusalQuotesBounded(t *testing.T) {
+	long := strings.Repeat("é", 2<<20) // 4 MiB, two-byte runes: the cut must not split one
+	sum := sha256.Sum256([]byte(long))
+	digest := fmt.Sprintf("(%d bytes, sha256 %s)", len(long), hex.EncodeToString(sum[:]))
+	tests := []struct{ name, api, body, code string }{
+		{"model", APIAnthropicMessages, `{"model":"` + long + `","max_tokens":1,"messages":[]}`, "model_not_allowed"},
+		{"enum value", APIAnthropicMessages, anthTop(`,"service_tier":"` + long + `"`), "invalid_value"},
+		{"tag", APIAnthropicMessages, anthUser(`{"type":"` + long + `"}`), "unknown_type"},
+		{"member name", APIAnthropicMessages, anthTop(`,"` + long + `":1`), "unknown_field"},
+		{"duplicate member name", APIAnthropicMessages, `{"` + long + `":1,"` + long + `":2}`, "invalid_json"},
+		{"path", APIOpenAIChat, `{"model":"gpt-4.1","messages":[],"` + long + `":1}`, "unknown_field"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, ref := Admit(tt.api, Endpoints(tt.api)[0], []byte(tt.body), testLimits)
+			if ref == nil || ref.Code != tt.code {
+				t.Fatalf("got %v, want refusal %s", ref, tt.code)
+			}
+			if len(ref.Message) > 2*MaxQuotedBytes+512 {
+				t.Errorf("message is %d bytes, want at most %d", len(ref.Message), 2*MaxQuotedBytes+512)
+			}
+			if !utf8.ValidString(ref.Message) {
+				t.Errorf("message is not valid UTF-8")
+			}
+			if tt.code != "invalid_json" && !strings.Contains(ref.Message, digest) {
+				t.Errorf("message %q does not give the value's length and sha256 %s", ref.Message, digest)
+			}
+			if !strings.Contains(ref.Message, strings.Repeat("é", 8)) {
+				t.Errorf("message %q does not quote a prefix of the value", ref.Message)
+			}
+		})
+	}
+	// Positive control: a short value is quoted whole, without a digest.
+	_, ref := Admit(APIAnthropicMessages, "/v1/messages", []byte(`{"model":"short-model","max_tokens":1,"messages":[]}`), testLimits)
+	if ref == nil || !strings.Contains(ref.Message, `"short-model"`) || strings.Contains(ref.Message, "sha256") {
+		t.Errorf("short model: got %v, want the whole name quoted and no digest", ref)
+	}
+}
+
+func TestQuoteBoundary(t *testing.T) {
+	for _, n := range []int{0, 1, MaxQuotedBytes - 1, MaxQuotedBytes, MaxQuotedBytes + 1, 3 * MaxQuotedBytes} {
+		for _, r := range []string{"a", "é", "😀", "\xff"} {
+			s := strings.Repeat(r, n/len(r)+1)[:n]
+			q := Quote(s)
+			b := Bound(s)
+			if len(q) > 4*MaxQuotedBytes+120 || len(b) > 3*MaxQuotedBytes+120 || !utf8.ValidString(q) || !utf8.ValidString(b) {
+				t.Errorf("n=%d r=%q: Quote %d bytes, Bound %d bytes (valid %v %v)", n, r, len(q), len(b), utf8.ValidString(q), utf8.ValidString(b))
+			}
+			if n <= MaxQuotedBytes && q != strconv.Quote(s) {
+				t.Errorf("n=%d r=%q: Quote = %s, want %s", n, r, q, strconv.Quote(s))
+			}
+		}
 	}
 }
