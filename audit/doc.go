@@ -69,6 +69,30 @@
 // record and re-encodes it; a payload that is not byte-for-byte what the
 // writer would make is refused.
 //
+// # Numbers
+//
+// RFC 8785 prints numbers as IEEE 754 doubles, which carry integers exactly
+// only up to 2^53-1 (MaxExactInt). So every JSON number in a payload is an
+// integer in [-MaxExactInt, MaxExactInt]: the writer refuses to sign a
+// record with any other number (rather than sign a rounded value), and
+// the verifier rejects one. The only integers a provider chooses are the
+// token counts of inference.completed, usage.input_tokens and
+// usage.output_tokens; each is a JSON number when it lies in
+// [0, MaxExactInt] and otherwise a JSON string of its decimal digits
+// (e.g. "9223372036854775807", "-1"). No other member is ever a string
+// standing for a number. Strings are Unicode text: a byte of invalid UTF-8
+// in a record's string is journaled as U+FFFD.
+//
+// # Limits shared by the writer and the verifier
+//
+// A line is at most MaxLineBytes (without its LF), a journal at most
+// MaxJournalBytes and MaxRecords lines. The writer applies the same
+// constants before it writes, so it never produces a line or a journal
+// that its verifier rejects: Append refuses (without writing, and without
+// poisoning the writer) a record whose line is too long, or that would
+// leave less than 64 KiB of the size limit for run.terminated
+// (ErrJournalFull).
+//
 // # Record order
 //
 // Line 1 is run.started; its public_key is the PEM of pubkey.pem. Line 2,
@@ -89,12 +113,28 @@
 //   - Incomplete (exit 2): every line is valid but there is no terminal
 //     record; the journal may also end in a torn line (bytes with no final
 //     LF that begin like an envelope, or are NUL bytes), which a write cut
-//     short by a crash leaves; or the journal is empty;
+//     short by a crash leaves; or the journal is empty. A run directory
+//     holding pubkey.pem but no journal.jsonl (a kill between Create's two
+//     files) is incomplete too: `moat audit verify` says so;
 //   - Invalid (exit 1): anything else, with the first bad line and a
 //     *LineError wrapping one of ErrMalformed, ErrWrongKey, ErrBadSignature,
 //     ErrNonCanonical, ErrBadHeader, ErrWrongRun, ErrSequence,
 //     ErrBrokenLink, ErrDuplicate, ErrUnknownType, ErrBadRecord,
 //     ErrRecordOrder, ErrAfterTerminal, ErrCounts or ErrTooManyRecords.
+//
+// # Pinning the key
+//
+// Verify establishes that the journal is intact under the key it is given,
+// not whose key that is: anyone can sign a journal of their own with a
+// fresh key and put that key in pubkey.pem. Authenticity needs the key to
+// be pinned from a source other than the run directory: the run prints its
+// keyid (KeyID, the sha256 of the raw 32-byte Ed25519 key, 64 hex digits)
+// on stderr when it starts, and `moat audit verify --key-fingerprint HEX`
+// checks it. A mismatch is invalid (exit 1). Without a pin, `moat audit
+// verify` still exits 0, 2 or 1 on the journal's own state but prints
+// "UNPINNED: authenticity not established" on stderr and "pinned": false
+// with -o json; --require-pin turns an unpinned success (0 or 2) into
+// exit 3.
 //
 // Per line the checks run in this order: envelope form, keyid, signature,
 // payload canonical, header, record type and members, duplicate, run,

@@ -39,6 +39,10 @@ var (
 	ErrPoisoned = errors.New("audit: journal writer is poisoned by an earlier write or sync error; nothing more can be recorded")
 	// ErrTerminated is returned by Append after run.terminated.
 	ErrTerminated = errors.New("audit: refused: the journal already has its terminal run.terminated record; nothing can follow it")
+	// ErrJournalFull is wrapped by Append's error when a record would take
+	// the journal past MaxJournalBytes, the size Verify accepts. The last
+	// 64 KiB are kept for run.terminated.
+	ErrJournalFull = errors.New("journal size limit reached")
 	// ErrClosed is returned by Append after Close.
 	ErrClosed = errors.New("audit: journal writer is closed")
 )

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
@@ -14,8 +15,17 @@ import (
 
 // Limits.
 const (
-	// MaxLineBytes caps one journal line (an argv can be long).
+	// MaxLineBytes caps one journal line (an argv can be long). It is the
+	// one limit that both the writer (which refuses to sign a longer line)
+	// and the verifier (which rejects one) apply.
 	MaxLineBytes = 4 << 20
+	// MaxExactInt is 2^53-1, the largest integer that RFC 8785 (whose
+	// numbers are IEEE 754 doubles) and every JSON reader carry exactly.
+	// Every JSON number in a payload is an integer in
+	// [-MaxExactInt, MaxExactInt]; the writer refuses a record with any
+	// other number, and Usage journals its counts outside [0, MaxExactInt]
+	// as decimal strings.
+	MaxExactInt = 1<<53 - 1
 	// MaxRecords caps the records of one journal. The last slot is kept
 	// for run.terminated.
 	MaxRecords = 1 << 20
@@ -99,6 +109,9 @@ func encodePayload(h Header, r Record) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("BUG: audit: %s record encodes as %T, not an object", r.RecordType(), tree)
 	}
+	if err := checkNumbers(m, ""); err != nil {
+		return nil, fmt.Errorf("audit: refused: %s record: %w", r.RecordType(), err)
+	}
 	for _, k := range headerKeys {
 		if _, dup := m[k]; dup {
 			return nil, fmt.Errorf("BUG: audit: %s record has a member %q that the header owns", r.RecordType(), k)
@@ -111,6 +124,33 @@ func encodePayload(h Header, r Record) ([]byte, error) {
 	m["time"] = formatTime(h.Time)
 	m["type"] = h.Type
 	return strictjson.Encode(m)
+}
+
+// checkNumbers refuses any number in the tree that is not an integer in
+// [-MaxExactInt, MaxExactInt]: RFC 8785 would round it, and the writer
+// would sign a value other than the record's (or, near 2^63, one that no
+// longer fits the record's field, which its own verifier then rejects).
+func checkNumbers(v any, path string) error {
+	switch v := v.(type) {
+	case strictjson.Number:
+		n, err := v.Int64()
+		if err != nil || n < -MaxExactInt || n > MaxExactInt {
+			return fmt.Errorf("member %s is %.40s, not an integer in [-%d, %d] (JSON cannot carry it exactly)", strings.TrimPrefix(path, "."), v, int64(MaxExactInt), int64(MaxExactInt))
+		}
+	case map[string]any:
+		for k, e := range v {
+			if err := checkNumbers(e, path+"."+k); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for i, e := range v {
+			if err := checkNumbers(e, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // ParseLine parses one journal line (without LF) and its payload, and

@@ -1,6 +1,14 @@
 package audit
 
-import "github.com/moat-sandbox/moat/boundary"
+import (
+	"fmt"
+	"strconv"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/moat-sandbox/moat/boundary"
+)
 
 // Record types. Every payload carries the common header (v, run, seq, prev,
 // time, type) written by the Writer; the structs below are the type-specific
@@ -67,12 +75,92 @@ type InferenceRequested struct {
 	ReservedTokens int         `json:"reserved_tokens"`
 	Stream         bool        `json:"stream"`
 	Attribution    Attribution `json:"attribution"`
+	// Headers are the workload-influenced headers forwarded to the
+	// provider: lower-case name → the canonical value sent. Absent when
+	// there are none.
+	Headers map[string]string `json:"headers,omitempty"`
 }
 
-// Usage is token usage as the provider reported it.
+// Usage is token usage as the provider reported it. The provider chooses
+// these integers, so they can be anything an int holds: each is journaled
+// as a JSON number when it lies in [0, MaxExactInt] and otherwise as a
+// JSON string of its decimal digits (see the package doc). MarshalJSON and
+// UnmarshalJSON implement that form; the writer signs exactly the value it
+// was given and the verifier decodes it back unchanged.
 type Usage struct {
 	InputTokens  int `json:"input_tokens"`
 	OutputTokens int `json:"output_tokens"`
+}
+
+// MarshalJSON writes each count as a number in [0, MaxExactInt], else as a
+// decimal string.
+func (u Usage) MarshalJSON() ([]byte, error) {
+	b := append([]byte(nil), `{"input_tokens":`...)
+	b = appendCount(b, u.InputTokens)
+	b = append(b, `,"output_tokens":`...)
+	b = appendCount(b, u.OutputTokens)
+	return append(b, '}'), nil
+}
+
+// UnmarshalJSON accepts exactly the form MarshalJSON writes: both members,
+// each a number in [0, MaxExactInt] or a decimal string outside it.
+func (u *Usage) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		InputTokens  jsontext.Value `json:"input_tokens"`
+		OutputTokens jsontext.Value `json:"output_tokens"`
+	}
+	if err := jsonv2.Unmarshal(b, &raw, jsonv2.RejectUnknownMembers(true)); err != nil {
+		return err
+	}
+	in, err := parseCount("input_tokens", raw.InputTokens)
+	if err != nil {
+		return err
+	}
+	out, err := parseCount("output_tokens", raw.OutputTokens)
+	if err != nil {
+		return err
+	}
+	u.InputTokens, u.OutputTokens = in, out
+	return nil
+}
+
+// exactCount reports whether v is journaled as a JSON number.
+func exactCount(v int) bool { return v >= 0 && int64(v) <= MaxExactInt }
+
+func appendCount(b []byte, v int) []byte {
+	if exactCount(v) {
+		return strconv.AppendInt(b, int64(v), 10)
+	}
+	b = append(b, '"')
+	b = strconv.AppendInt(b, int64(v), 10)
+	return append(b, '"')
+}
+
+func parseCount(name string, v jsontext.Value) (int, error) {
+	switch v.Kind() {
+	case '0':
+		n, err := strconv.ParseInt(string(v), 10, strconv.IntSize)
+		if err != nil || !exactCount(int(n)) || strconv.FormatInt(n, 10) != string(v) {
+			return 0, fmt.Errorf("usage.%s: number %s is not an integer in [0, %d]", name, v, int64(MaxExactInt))
+		}
+		return int(n), nil
+	case '"':
+		var s string
+		if err := jsonv2.Unmarshal(v, &s); err != nil {
+			return 0, fmt.Errorf("usage.%s: %w", name, err)
+		}
+		n, err := strconv.ParseInt(s, 10, strconv.IntSize)
+		if err != nil || strconv.FormatInt(n, 10) != s {
+			return 0, fmt.Errorf("usage.%s: string %q is not a decimal integer", name, s)
+		}
+		if exactCount(int(n)) {
+			return 0, fmt.Errorf("usage.%s: %s is in [0, %d] and must be a number, not a string", name, s, int64(MaxExactInt))
+		}
+		return int(n), nil
+	case 0:
+		return 0, fmt.Errorf("usage.%s: missing", name)
+	}
+	return 0, fmt.Errorf("usage.%s: want a number or a decimal string, got %s", name, v.Kind())
 }
 
 // InferenceCompleted records a provider response passed to the worker.

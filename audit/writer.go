@@ -49,7 +49,13 @@ type Writer struct {
 	err        error // poison: set by the first write or sync error, never cleared
 	counts     Counts
 	buf        []byte
+	size       int64 // bytes written to the journal, LFs included
+	maxSize    int64 // MaxJournalBytes; lowered only by this package's tests
 }
+
+// terminalReserve is the part of MaxJournalBytes that only run.terminated
+// may use, so that a journal filled to its limit can still be completed.
+const terminalReserve = 64 << 10
 
 // Create makes the run directory dir (mode 0700; it must not exist, or be
 // an empty directory), generates a fresh Ed25519 key that stays in memory,
@@ -98,7 +104,7 @@ func create(dir, runID string, priv ed25519.PrivateKey, now func() time.Time) (*
 	}
 	return &Writer{
 		runID: runID, path: path, priv: priv, pub: pub, keyID: KeyID(pub), pubPEM: pubPEM,
-		f: f, prev: ZeroPrev, now: now,
+		f: f, prev: ZeroPrev, now: now, maxSize: MaxJournalBytes,
 	}, nil
 }
 
@@ -204,8 +210,18 @@ func (w *Writer) writeLocked(r Record) (line []byte, ticket uint64, err error) {
 	}
 	sig := ed25519.Sign(w.priv, PAE(PayloadType, payload))
 	w.buf = appendEnvelope(w.buf[:0], payload, w.keyID, sig)
+	// The verifier's limits, applied before the line exists: a line or a
+	// journal the verifier would reject is never written.
 	if len(w.buf) > MaxLineBytes {
 		return nil, 0, fmt.Errorf("audit: refused: %s record is %d bytes, more than the line limit of %d", h.Type, len(w.buf), MaxLineBytes)
+	}
+	limit := w.maxSize
+	if h.Type != TypeRunTerminated {
+		limit -= terminalReserve
+	}
+	if w.size+int64(len(w.buf))+1 > limit {
+		return nil, 0, fmt.Errorf("audit: refused: %w: %s record of %d bytes after %d bytes (limit %d, of which the last %d are kept for %s)",
+			ErrJournalFull, h.Type, len(w.buf)+1, w.size, w.maxSize, terminalReserve, TypeRunTerminated)
 	}
 	line = append([]byte(nil), w.buf...)
 	w.buf = append(w.buf, '\n')
@@ -213,6 +229,7 @@ func (w *Writer) writeLocked(r Record) (line []byte, ticket uint64, err error) {
 		w.err = fmt.Errorf("%w: write failed: %w", ErrPoisoned, err)
 		return nil, 0, w.err
 	}
+	w.size += int64(len(w.buf))
 	w.seq = seq
 	w.prev = LineHash(line)
 	w.written++
