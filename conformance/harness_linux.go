@@ -3,7 +3,6 @@ package conformance
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/internal/fsutil"
+	"github.com/moat-sandbox/moat/internal/runinfo"
 )
 
 // harness is one scenario's world: a directory with a workspace, a tools
@@ -122,21 +122,8 @@ type runOut struct {
 	runInfo        *runInfo
 }
 
-type runInfo struct {
-	RunID        string `json:"run_id"`
-	Journal      string `json:"journal"`
-	PublicKeyPEM string `json:"public_key_pem"`
-	HostPID      int    `json:"host_pid"`
-	WorkloadPID  int    `json:"workload_pid"`
-	Backend      string `json:"backend"`
-	Properties   struct {
-		RequestAttribution struct {
-			Enforced    bool   `json:"enforced"`
-			Unavailable bool   `json:"unavailable"`
-			Detail      string `json:"detail"`
-		} `json:"request_attribution"`
-	} `json:"properties"`
-}
+// runInfo is moat's --run-info file, the type moat writes it with.
+type runInfo = runinfo.Info
 
 // probeRun runs the probe with actions in the sandbox via `moat run`.
 func (h *harness) probeRun(ctx context.Context, actions ...string) (*runOut, error) {
@@ -159,11 +146,8 @@ func (h *harness) probeRun(ctx context.Context, actions ...string) (*runOut, err
 	} else if err != nil {
 		return nil, err
 	}
-	if b, err := os.ReadFile(ri); err == nil {
-		var info runInfo
-		if json.Unmarshal(b, &info) == nil {
-			out.runInfo = &info
-		}
+	if info, _, err := runinfo.Read(ri); err == nil {
+		out.runInfo = &info
 	}
 	return out, nil
 }

@@ -12,18 +12,12 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/moat-sandbox/moat/internal/runinfo"
 )
 
-// runInfo is the part of moat's --run-info file the controller uses.
-type runInfo struct {
-	RunID        string `json:"run_id"`
-	Journal      string `json:"journal"`
-	PublicKeyPEM string `json:"public_key_pem"`
-	KeyID        string `json:"keyid"`
-	HostPID      int    `json:"host_pid"`
-	WorkloadPID  int    `json:"workload_pid"`
-	Backend      string `json:"backend"`
-}
+// runInfo is moat's --run-info file, the type moat writes it with.
+type runInfo = runinfo.Info
 
 // caseRun is one case's live resources.
 type caseRun struct {
@@ -333,11 +327,8 @@ func (r *caseRun) injectFault(exited <-chan struct{}, faultMarker string) {
 func waitRunInfo(path string, exited <-chan struct{}) (runInfo, []byte, error) {
 	deadline := time.Now().Add(runInfoWait)
 	for {
-		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
-			var ri runInfo
-			if err := json.Unmarshal(b, &ri); err == nil && ri.RunID != "" && ri.PublicKeyPEM != "" {
-				return ri, b, nil
-			}
+		if ri, b, err := runinfo.Read(path); err == nil {
+			return ri, b, nil
 		}
 		select {
 		case <-exited:

@@ -9,7 +9,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/internal/fsutil"
+	"github.com/moat-sandbox/moat/internal/runinfo"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -56,20 +56,9 @@ type RefusedError struct{ Msg string }
 
 func (e *RefusedError) Error() string { return "refused: " + e.Msg }
 
-// RunInfo is what --run-info holds: how an outside controller pins the
-// journal key and observes the workload without trusting anything inside.
-type RunInfo struct {
-	RunID        string                `json:"run_id"`
-	Journal      string                `json:"journal"`
-	PublicKeyPEM string                `json:"public_key_pem"`
-	KeyID        string                `json:"keyid"`
-	HostPID      int                   `json:"host_pid"`
-	WorkloadPID  int                   `json:"workload_pid,omitempty"`
-	Backend      string                `json:"backend"`
-	Properties   boundary.Properties   `json:"properties"`
-	Limits       boundary.LimitsStatus `json:"limits"`
-	BrokerPort   int                   `json:"broker_port"`
-}
+// RunInfo is what --run-info holds (one type for the writer and every
+// reader: see internal/runinfo).
+type RunInfo = runinfo.Info
 
 // NewRunID returns a fresh run id: UTC time plus 48 random bits.
 func NewRunID() string {
@@ -99,16 +88,28 @@ func Run(ctx context.Context, o RunOptions) (int, error) {
 	if len(o.Argv) == 0 {
 		return ExitRefused, &RefusedError{Msg: "no command given (usage: moat run [--policy F] -- CMD [ARG…])"}
 	}
+	var ri *runinfo.Target
+	if o.RunInfoPath != "" {
+		// Checked and pinned before anything starts: a path inside a grant
+		// is refused, and the file is later written through this directory
+		// descriptor only.
+		t, err := runinfo.Open(o.RunInfoPath, runinfo.Grants{ReadOnly: o.Policy.Filesystem.ReadOnly, ReadWrite: o.Policy.Filesystem.ReadWrite})
+		if err != nil {
+			return ExitRefused, &RefusedError{Msg: err.Error()}
+		}
+		defer t.Close()
+		ri = t
+	}
 	s, err := Open(ctx, SessionOptions{Policy: o.Policy, Backend: o.Backend, Stderr: o.Stderr, Explain: o.Explain, Getenv: o.Getenv})
 	if err != nil {
 		return ExitRefused, err
 	}
-	code, reason, err := s.runMain(ctx, o)
+	code, reason, err := s.runMain(ctx, o, ri)
 	s.Close(code, reason)
 	return code, err
 }
 
-func (s *Session) runMain(ctx context.Context, o RunOptions) (code int, reason string, err error) {
+func (s *Session) runMain(ctx context.Context, o RunOptions, ri *runinfo.Target) (code int, reason string, err error) {
 	id, proc, err := s.Start(ctx, o.Argv, o.Stdin, o.Stdout, o.Stderr, nil)
 	if err != nil {
 		if code := startCode(err); code != ExitRefused {
@@ -116,15 +117,15 @@ func (s *Session) runMain(ctx context.Context, o RunOptions) (code int, reason s
 		}
 		return ExitRefused, "failed", err
 	}
-	if o.RunInfoPath != "" {
-		if err := writeRunInfo(o.RunInfoPath, RunInfo{
+	if ri != nil {
+		if err := ri.Write(RunInfo{
 			RunID: s.RunID, Journal: s.w.JournalPath(), PublicKeyPEM: string(s.w.PublicKeyPEM()),
 			KeyID: s.w.KeyID(), HostPID: s.sb.HostPID(), WorkloadPID: proc.HostPID(), Backend: s.Backend,
 			Properties: s.Properties, Limits: s.sb.Limits(), BrokerPort: s.BrokerPort,
 		}); err != nil {
 			proc.Signal(syscall.SIGKILL)
 			proc.Wait()
-			return ExitRefused, "failed", fmt.Errorf("run info: %w", err)
+			return ExitRefused, "failed", err
 		}
 	}
 	sigs := make(chan os.Signal, 4)
@@ -189,7 +190,7 @@ func workloadEnv(pol *policy.Policy, extra []string) []string {
 // home and working directory when they are not granted.
 func hostSecrets(stateDir string, pol *policy.Policy) ([]string, error) {
 	sentinel := filepath.Join(stateDir, "host-sentinel")
-	if err := os.WriteFile(sentinel, []byte("moat host sentinel\n"), 0o644); err != nil {
+	if err := fsutil.WriteFileAtomic(sentinel, []byte("moat host sentinel\n"), 0o644); err != nil {
 		return nil, err
 	}
 	out := []string{sentinel}
@@ -221,26 +222,6 @@ func granted(pol *policy.Policy, p string) bool {
 func within(p, dir string) bool {
 	rel, err := filepath.Rel(dir, p)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
-}
-
-func writeRunInfo(path string, ri RunInfo) error {
-	b, err := json.MarshalIndent(ri, "", "  ")
-	if err != nil {
-		return err
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 func explain(w io.Writer, backend string, p boundary.Properties, l boundary.LimitsStatus) {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -103,7 +104,7 @@ func (s *store) sandboxDir(name string) string { return filepath.Join(s.dir, "sa
 
 // lock takes the store's exclusive lock; the returned func releases it.
 func (s *store) lock() (func(), error) {
-	f, err := os.OpenFile(filepath.Join(s.dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(filepath.Join(s.dir, "lock"), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -133,26 +134,14 @@ func (s *store) read(name string) (*State, error) {
 	return &st, nil
 }
 
+// writeState replaces state.json atomically (fsutil.Dir.WriteFile: a
+// temporary file, fsync, rename, never following a symlink at the name).
 func writeState(dir string, st *State) error {
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, stateFile+".tmp")
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	f.Close()
-	return os.Rename(tmp, filepath.Join(dir, stateFile))
+	return fsutil.WriteFileAtomic(filepath.Join(dir, stateFile), append(b, '\n'), 0o600)
 }
 
 func procStart(pid int) uint64 { return fsutil.ProcStart(pid) }
