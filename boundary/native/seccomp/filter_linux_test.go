@@ -60,7 +60,14 @@ func tableCases(opts Options) []vmCase {
 		{"socket AF_INET tcp", call(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_TCP), retAllow},
 		{"socket AF_INET6 dgram", call(unix.SYS_SOCKET, unix.AF_INET6, unix.SOCK_DGRAM, 0), retAllow},
 		{"socket AF_NETLINK route", call(unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE), retAllow},
-		{"socket AF_NETLINK protocol 262 (not MPTCP there)", call(unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW, 262), retAllow},
+		{"socket AF_NETLINK route dgram", call(unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_DGRAM, unix.NETLINK_ROUTE), retAllow},
+		{"socket AF_NETLINK route, protocol high word (kernel reads route)", call(unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW, hi), retAllow},
+		{"socket AF_NETLINK protocol 262 (not MPTCP there)", call(unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW, 262), retEPERM},
+		{"socket AF_NETLINK audit", call(unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_AUDIT), retEPERM},
+		{"socket AF_NETLINK netfilter", call(unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_NETFILTER), retEPERM},
+		{"socket AF_NETLINK generic", call(unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_GENERIC), retEPERM},
+		{"socket AF_NETLINK uevent", call(unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_DGRAM, unix.NETLINK_KOBJECT_UEVENT), retEPERM},
+		{"socket AF_NETLINK sock_diag", call(unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_SOCK_DIAG), retEPERM},
 		{"socket AF_UNIX stream", call(unix.SYS_SOCKET, unix.AF_UNIX, unix.SOCK_STREAM, 0), unixWant},
 		{"socket AF_UNIX dgram cloexec", call(unix.SYS_SOCKET, unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0), unixWant},
 		{"socket AF_UNIX with high word", call(unix.SYS_SOCKET, unix.AF_UNIX|hi, unix.SOCK_STREAM, 0), retEPERM},
@@ -78,7 +85,12 @@ func tableCases(opts Options) []vmCase {
 		{"socket AF_INET6 MPTCP", call(unix.SYS_SOCKET, unix.AF_INET6, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, unix.IPPROTO_MPTCP), retEPERM},
 		{"socket AF_INET MPTCP with high word", call(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_MPTCP|hi), retEPERM},
 		{"socketpair AF_UNIX", call(unix.SYS_SOCKETPAIR, unix.AF_UNIX, unix.SOCK_STREAM, 0, 0x1000), retAllow},
+		{"socketpair AF_UNIX stream cloexec nonblock", call(unix.SYS_SOCKETPAIR, unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0, 0x1000), retAllow},
 		{"socketpair AF_UNIX seqpacket cloexec", call(unix.SYS_SOCKETPAIR, unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0, 0x1000), retAllow},
+		{"socketpair AF_UNIX dgram", call(unix.SYS_SOCKETPAIR, unix.AF_UNIX, unix.SOCK_DGRAM, 0, 0x1000), unixWant},
+		{"socketpair AF_UNIX dgram cloexec", call(unix.SYS_SOCKETPAIR, unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0, 0x1000), unixWant},
+		{"socketpair AF_UNIX raw", call(unix.SYS_SOCKETPAIR, unix.AF_UNIX, unix.SOCK_RAW, 0, 0x1000), unixWant},
+		{"socketpair AF_UNIX stream with type high word (kernel reads stream)", call(unix.SYS_SOCKETPAIR, unix.AF_UNIX, unix.SOCK_STREAM|hi, 0, 0x1000), retAllow},
 		{"socketpair AF_UNIX with high word", call(unix.SYS_SOCKETPAIR, unix.AF_UNIX|hi, unix.SOCK_STREAM, 0), retEPERM},
 		{"socketpair AF_TIPC", call(unix.SYS_SOCKETPAIR, unix.AF_TIPC, unix.SOCK_STREAM, 0), retEPERM},
 
@@ -92,6 +104,48 @@ func tableCases(opts Options) []vmCase {
 		{"ioctl TIOCLINUX with high word", call(unix.SYS_IOCTL, 0, unix.TIOCLINUX|hi, 0x1000), retEPERM},
 		{"ioctl TIOCSETD", call(unix.SYS_IOCTL, 0, unix.TIOCSETD, 0x1000), retEPERM},
 		{"ioctl TIOCSTI in arg 2 only", call(unix.SYS_IOCTL, 0, unix.TCGETS, unix.TIOCSTI), retAllow},
+
+		{"openat O_RDONLY", call(unix.SYS_OPENAT, uint64(0xffffff9c), 0x1000, unix.O_RDONLY|unix.O_CLOEXEC, 0), retAllow},
+		{"openat O_CREAT 0644", call(unix.SYS_OPENAT, uint64(0xffffff9c), 0x1000, unix.O_CREAT|unix.O_WRONLY|unix.O_TRUNC, 0o644), retAllow},
+		{"openat O_CREAT 0777 sticky", call(unix.SYS_OPENAT, uint64(0xffffff9c), 0x1000, unix.O_CREAT|unix.O_WRONLY, 0o1777), retAllow},
+		{"openat O_CREAT 04755", call(unix.SYS_OPENAT, uint64(0xffffff9c), 0x1000, unix.O_CREAT|unix.O_WRONLY, 0o4755), retEPERM},
+		{"openat O_CREAT 02755", call(unix.SYS_OPENAT, uint64(0xffffff9c), 0x1000, unix.O_CREAT|unix.O_WRONLY, 0o2755), retEPERM},
+		{"openat O_TMPFILE 06700", call(unix.SYS_OPENAT, 3, 0x1000, unix.O_TMPFILE|unix.O_RDWR, 0o6700), retEPERM},
+		{"openat O_RDONLY 04000 (refused whatever the flags)", call(unix.SYS_OPENAT, 3, 0x1000, unix.O_RDONLY, 0o4000), retEPERM},
+		{"openat O_CREAT 04755 with high word", call(unix.SYS_OPENAT, 3, 0x1000, unix.O_CREAT, 0o4755|hi), retEPERM},
+		{"openat set-id bits in flags only", call(unix.SYS_OPENAT, 3, 0x1000, unix.O_CREAT|0o6000, 0o644), retAllow},
+		{"openat2", call(unix.SYS_OPENAT2, 3, 0x1000, 0x2000, 24), retENOSYS},
+		{"openat2 no args", call(unix.SYS_OPENAT2), retENOSYS},
+		{"fchmod 0644", call(unix.SYS_FCHMOD, 3, 0o644), retAllow},
+		{"fchmod 04755", call(unix.SYS_FCHMOD, 3, 0o4755), retEPERM},
+		{"fchmod 02755", call(unix.SYS_FCHMOD, 3, 0o2755), retEPERM},
+		{"fchmod 04755 above umode_t's 16 bits only", call(unix.SYS_FCHMOD, 3, 0o755|0x40000), retAllow},
+		{"fchmodat 0755", call(unix.SYS_FCHMODAT, uint64(0xffffff9c), 0x1000, 0o755), retAllow},
+		{"fchmodat 04755", call(unix.SYS_FCHMODAT, uint64(0xffffff9c), 0x1000, 0o4755), retEPERM},
+		{"fchmodat 02711", call(unix.SYS_FCHMODAT, uint64(0xffffff9c), 0x1000, 0o2711), retEPERM},
+		{"fchmodat2 0644", call(unix.SYS_FCHMODAT2, uint64(0xffffff9c), 0x1000, 0o644, unix.AT_SYMLINK_NOFOLLOW), retAllow},
+		{"fchmodat2 04755", call(unix.SYS_FCHMODAT2, uint64(0xffffff9c), 0x1000, 0o4755, 0), retEPERM},
+		{"fchmodat2 06755 nofollow", call(unix.SYS_FCHMODAT2, 3, 0x1000, 0o6755, unix.AT_SYMLINK_NOFOLLOW), retEPERM},
+		{"mkdirat 0755", call(unix.SYS_MKDIRAT, 3, 0x1000, 0o755), retAllow},
+		{"mkdirat 02775", call(unix.SYS_MKDIRAT, 3, 0x1000, 0o2775), retEPERM},
+		{"mkdirat 04755", call(unix.SYS_MKDIRAT, 3, 0x1000, 0o4755), retEPERM},
+		{"mknodat S_IFREG", call(unix.SYS_MKNODAT, 3, 0x1000, unix.S_IFREG|0o644, 0), retAllow},
+		{"mknodat type 0", call(unix.SYS_MKNODAT, 3, 0x1000, 0o600, 0), retAllow},
+		{"mknodat S_IFIFO", call(unix.SYS_MKNODAT, 3, 0x1000, unix.S_IFIFO|0o644, 0), retEPERM},
+		{"mknodat S_IFSOCK", call(unix.SYS_MKNODAT, 3, 0x1000, unix.S_IFSOCK|0o755, 0), retEPERM},
+		{"mknodat S_IFCHR", call(unix.SYS_MKNODAT, 3, 0x1000, unix.S_IFCHR|0o666, 0x0103), retEPERM},
+		{"mknodat S_IFBLK", call(unix.SYS_MKNODAT, 3, 0x1000, unix.S_IFBLK|0o660, 0x0800), retEPERM},
+		{"mknodat S_IFDIR", call(unix.SYS_MKNODAT, 3, 0x1000, unix.S_IFDIR|0o755, 0), retEPERM},
+		{"mknodat S_IFREG 02644", call(unix.SYS_MKNODAT, 3, 0x1000, unix.S_IFREG|0o2644, 0), retEPERM},
+		{"mknodat S_IFIFO with high word", call(unix.SYS_MKNODAT, 3, 0x1000, unix.S_IFIFO|hi, 0), retEPERM},
+		{"renameat2 plain", call(unix.SYS_RENAMEAT2, 3, 0x1000, 3, 0x2000, 0), retAllow},
+		{"renameat2 RENAME_NOREPLACE|RENAME_EXCHANGE", call(unix.SYS_RENAMEAT2, 3, 0x1000, 3, 0x2000, unix.RENAME_NOREPLACE), retAllow},
+		{"renameat2 RENAME_EXCHANGE", call(unix.SYS_RENAMEAT2, 3, 0x1000, 3, 0x2000, unix.RENAME_EXCHANGE), retAllow},
+		{"renameat2 RENAME_WHITEOUT", call(unix.SYS_RENAMEAT2, 3, 0x1000, 3, 0x2000, unix.RENAME_WHITEOUT), retEPERM},
+		{"renameat2 RENAME_WHITEOUT|RENAME_NOREPLACE", call(unix.SYS_RENAMEAT2, 3, 0x1000, 3, 0x2000, unix.RENAME_WHITEOUT|unix.RENAME_NOREPLACE), retEPERM},
+		{"execveat memfd AT_EMPTY_PATH", call(unix.SYS_EXECVEAT, 3, 0x1000, 0x2000, 0x3000, unix.AT_EMPTY_PATH), retAllow},
+		{"memfd_create", call(unix.SYS_MEMFD_CREATE, 0x1000, unix.MFD_CLOEXEC), retAllow},
+		{"inotify_init1", call(unix.SYS_INOTIFY_INIT1, unix.IN_CLOEXEC), retAllow},
 
 		{"personality query", call(unix.SYS_PERSONALITY, 0xffffffff), retAllow},
 		{"personality PER_LINUX", call(unix.SYS_PERSONALITY, 0), retAllow},
@@ -122,6 +176,7 @@ func tableCases(opts Options) []vmCase {
 			vmCase{name + " with args", call(nr, ^uint64(0), 1, 2, 3, 4, 5), retEPERM},
 		)
 	}
+	cases = append(cases, archTableCases()...)
 	if runtime.GOARCH == "amd64" {
 		cases = append(cases,
 			vmCase{"x32 read", call(0x40000000 | unix.SYS_READ), retKill},
@@ -231,7 +286,8 @@ func TestPolicyMatchesDenials(t *testing.T) {
 			t.Errorf("Policy denies %s, which the test's list does not know", name)
 		}
 	}
-	for _, name := range []string{"*", "clone", "clone3", "socket", "socketpair", "ioctl", "personality"} {
+	for _, name := range []string{"*", "clone", "clone3", "socket", "socketpair", "ioctl", "personality",
+		"openat", "openat2", "fchmod", "fchmodat", "fchmodat2", "mkdirat", "mknodat", "renameat2", "execveat", "memfd_create"} {
 		if !seen[name] {
 			t.Errorf("Policy has no rule for %s", name)
 		}
@@ -269,7 +325,11 @@ func TestActionZeroValueIsStrictest(t *testing.T) {
 // a few it allows.
 func interestingNrs() []uint32 {
 	nrs := []uint32{unix.SYS_CLONE, unix.SYS_CLONE3, unix.SYS_SOCKET, unix.SYS_SOCKETPAIR, unix.SYS_IOCTL,
-		unix.SYS_PERSONALITY, unix.SYS_READ, unix.SYS_WRITE, unix.SYS_CONNECT}
+		unix.SYS_PERSONALITY, unix.SYS_READ, unix.SYS_WRITE, unix.SYS_CONNECT,
+		unix.SYS_OPENAT2, unix.SYS_RENAMEAT2, unix.SYS_EXECVEAT, unix.SYS_MEMFD_CREATE}
+	for nr := range modeArg {
+		nrs = append(nrs, nr)
+	}
 	for _, nr := range deniedEPERM {
 		nrs = append(nrs, nr)
 	}
@@ -285,6 +345,10 @@ func FuzzFilter(f *testing.F) {
 	f.Add(uint8(3), uint32(0), uint64(unix.AF_UNIX), uint64(0), uint64(0), uint64(0), uint64(0), uint64(0), true, false)
 	f.Add(uint8(1), uint32(0), uint64(unix.CLONE_NEWUSER), uint64(0), uint64(0), uint64(0), uint64(0), uint64(0), false, false)
 	f.Add(uint8(200), uint32(unix.SYS_IOCTL), uint64(0), uint64(unix.TIOCSTI|hi), uint64(0), uint64(0), uint64(0), uint64(0), false, true)
+	f.Add(uint8(200), uint32(unix.SYS_SOCKETPAIR), uint64(unix.AF_UNIX), uint64(unix.SOCK_DGRAM|unix.SOCK_CLOEXEC), uint64(0), uint64(0), uint64(0), uint64(0), false, false)
+	f.Add(uint8(200), uint32(unix.SYS_MKNODAT), uint64(3), uint64(0x1000), uint64(unix.S_IFIFO|0o644), uint64(0), uint64(0), uint64(0), false, false)
+	f.Add(uint8(200), uint32(unix.SYS_FCHMODAT2), uint64(3), uint64(0x1000), uint64(0o4755|hi), uint64(0), uint64(0), uint64(0), true, false)
+	f.Add(uint8(200), uint32(unix.SYS_OPENAT), uint64(3), uint64(0x1000), uint64(unix.O_CREAT), uint64(0o2755), uint64(0), uint64(0), false, false)
 	nrs := interestingNrs()
 	vms := [2]*bpf.VM{newVM(f, Options{}), newVM(f, Options{AllowUnixSockets: true})}
 	f.Fuzz(func(t *testing.T, pick uint8, raw uint32, a0, a1, a2, a3, a4, a5 uint64, allowUnix, foreign bool) {

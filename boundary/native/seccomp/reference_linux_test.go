@@ -83,11 +83,33 @@ var deniedEPERM = map[string]uint32{
 	"adjtimex": unix.SYS_ADJTIMEX, "quotactl": unix.SYS_QUOTACTL, "quotactl_fd": unix.SYS_QUOTACTL_FD,
 	"lookup_dcookie": unix.SYS_LOOKUP_DCOOKIE, "vmsplice": unix.SYS_VMSPLICE,
 	"pidfd_getfd": unix.SYS_PIDFD_GETFD, "kcmp": unix.SYS_KCMP, "process_madvise": unix.SYS_PROCESS_MADVISE,
+	// Issue 11: kernel counters charged to the host, host-wide effects,
+	// host paths.
+	"fanotify_init": unix.SYS_FANOTIFY_INIT, "memfd_secret": unix.SYS_MEMFD_SECRET,
+	"listmount": unix.SYS_LISTMOUNT, "statmount": unix.SYS_STATMOUNT,
 }
+
+// modeArg maps the syscalls whose mode argument may never carry S_ISUID
+// or S_ISGID (issue 11) to that argument's index; mknodArg those whose
+// mode also carries a file type, of which only regular files may be made.
+// The arch test files add the syscalls only their architecture has.
+var (
+	modeArg = map[uint32]int{
+		unix.SYS_OPENAT: 3, unix.SYS_FCHMOD: 1, unix.SYS_FCHMODAT: 2, unix.SYS_FCHMODAT2: 2,
+		unix.SYS_MKDIRAT: 2, unix.SYS_MKNODAT: 2,
+	}
+	mknodArg = map[uint32]int{unix.SYS_MKNODAT: 2}
+)
 
 func init() {
 	for k, v := range archDeniedEPERM {
 		deniedEPERM[k] = v
+	}
+	for k, v := range archModeArg {
+		modeArg[k] = v
+	}
+	for k, v := range archMknodArg {
+		mknodArg[k] = v
 	}
 }
 
@@ -123,9 +145,26 @@ func reference(d seccompData, opts Options) uint32 {
 		return retKill
 	}
 	lo := func(i int) uint32 { return uint32(d.args[i]) }
+	if i, ok := modeArg[d.nr]; ok {
+		mode := uint16(d.args[i]) // the kernel's umode_t
+		if mode&0o6000 != 0 {
+			return retEPERM
+		}
+		if _, ok := mknodArg[d.nr]; ok {
+			if t := mode & 0o170000; t != 0 && t != unix.S_IFREG {
+				return retEPERM
+			}
+		}
+		return retAllow
+	}
 	switch d.nr {
-	case unix.SYS_CLONE3:
+	case unix.SYS_CLONE3, unix.SYS_OPENAT2:
 		return retENOSYS
+	case unix.SYS_RENAMEAT2:
+		if lo(4)&unix.RENAME_WHITEOUT != 0 {
+			return retEPERM
+		}
+		return retAllow
 	case unix.SYS_CLONE:
 		const newFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
 			unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWTIME
@@ -144,7 +183,9 @@ func reference(d seccompData, opts Options) uint32 {
 			}
 			return retAllow
 		case unix.AF_NETLINK:
-			return retAllow
+			if int32(lo(2)) == unix.NETLINK_ROUTE {
+				return retAllow
+			}
 		case unix.AF_UNIX:
 			if opts.AllowUnixSockets {
 				return retAllow
@@ -152,7 +193,16 @@ func reference(d seccompData, opts Options) uint32 {
 		}
 		return retEPERM
 	case unix.SYS_SOCKETPAIR:
-		if d.args[0] == unix.AF_UNIX {
+		if d.args[0] != unix.AF_UNIX {
+			return retEPERM
+		}
+		if opts.AllowUnixSockets {
+			return retAllow
+		}
+		// The kernel's socket type is the low 4 bits (SOCK_TYPE_MASK); any
+		// other bit but SOCK_NONBLOCK and SOCK_CLOEXEC is EINVAL anyway.
+		switch lo(1) & 0xf {
+		case unix.SOCK_STREAM, unix.SOCK_SEQPACKET:
 			return retAllow
 		}
 		return retEPERM

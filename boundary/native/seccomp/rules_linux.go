@@ -3,6 +3,7 @@
 package seccomp
 
 import (
+	"fmt"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -67,14 +68,119 @@ const cloneNewFlags = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUT
 // without SOCK_NONBLOCK and SOCK_CLOEXEC.
 const sockTypeMask = 0xf
 
+// Mode bits (include/uapi/linux/stat.h). Every mode argument below is a
+// umode_t in the kernel (16 bits): it truncates the register, so testing
+// the low 32 bits sees exactly what the kernel will use.
+const (
+	setidBits = unix.S_ISUID | unix.S_ISGID // 0o6000
+	fileTypes = unix.S_IFMT                 // 0o170000
+)
+
+// The reasons shared by several rules.
+const (
+	setidWhy = "a set-id file written into a read_write grant is set-id on the host: with an idmapped root-owned grant a workload made a setuid-root shell that a host user ran as root; nothing a workload builds needs set-id bits"
+	nodeWhy  = "FIFOs, sockets and device nodes in a grant are channels to the host or to another sandbox sharing the directory (a FIFO needs no Unix-socket rules to pass data), and the workload never needs a device node"
+)
+
+// modeCall is a syscall with a mode argument that only one architecture
+// has (amd64's open, creat, chmod, mkdir and mknod; arm64 has only the *at
+// forms): the arch files list them, and syscallRules checks them like the
+// generic ones.
+type modeCall struct {
+	name    string
+	nr      uint32
+	modeArg int
+	kind    modeKind
+}
+
+type modeKind uint8
+
+const (
+	modeChmod modeKind = iota // chmod: set-id bits refused
+	modeMkdir                 // mkdir: set-id bits refused
+	modeOpen                  // open, creat: set-id bits refused, whatever the flags
+	modeMknod                 // mknod: set-id bits and every type but regular refused
+)
+
+const (
+	chmodAllowed = "changing permission bits of the workload's own files"
+	mkdirAllowed = "creating directories; a set-gid parent still passes its group (and bit) down, which the host set, not the workload"
+)
+
+// setidRule refuses a mode with S_ISUID or S_ISGID in argument arg.
+func setidRule(name string, nr uint32, arg int, allowed string) sysRule {
+	return sysRule{
+		name: name, nr: nr,
+		branches: []branch{{
+			tests: []argTest{{arg: arg, kind: testLowAnyBit, mask: setidBits}},
+			out:   eperm,
+			when:  fmt.Sprintf("mode (arg %d) has S_ISUID or S_ISGID", arg),
+			why:   setidWhy,
+		}},
+		def: allow, defWhen: "otherwise", why: allowed,
+	}
+}
+
+// openRule is setidRule for open, openat and creat. The kernel reads the
+// mode only with O_CREAT or O_TMPFILE; the set-id bits are refused
+// whatever the flags, which is simpler than a second test and costs
+// nothing: libc passes 0 as the mode when neither flag is given.
+func openRule(name string, nr uint32, arg int) sysRule {
+	r := setidRule(name, nr, arg, "opening and creating files; Landlock decides which")
+	r.branches[0].when += " (whatever the flags: the kernel reads it only with O_CREAT or O_TMPFILE, and libc passes 0 otherwise)"
+	return r
+}
+
+// mknodRule allows mknod only for regular files, without set-id bits.
+func mknodRule(name string, nr uint32, arg int) sysRule {
+	r := setidRule(name, nr, arg, "")
+	r.branches = append(r.branches, branch{
+		tests: []argTest{{arg: arg, kind: testLowMaskedIn, mask: fileTypes, vals: []uint32{0, unix.S_IFREG}}},
+		out:   allow,
+		when:  fmt.Sprintf("the file type in mode (arg %d) is S_IFREG or 0 (which means regular)", arg),
+		why:   "creating an empty regular file is what open(O_CREAT) does anyway",
+	})
+	r.def, r.defWhen, r.why = eperm, "the file type is S_IFIFO, S_IFSOCK, S_IFCHR, S_IFBLK or anything else", nodeWhy
+	return r
+}
+
+func (m modeCall) rule() sysRule {
+	switch m.kind {
+	case modeOpen:
+		return openRule(m.name, m.nr, m.modeArg)
+	case modeMknod:
+		return mknodRule(m.name, m.nr, m.modeArg)
+	case modeMkdir:
+		return setidRule(m.name, m.nr, m.modeArg, mkdirAllowed)
+	}
+	return setidRule(m.name, m.nr, m.modeArg, chmodAllowed)
+}
+
 // syscallRules is the policy as data. The argument-checked syscalls come
-// first: they are the only ones the kernel's action cache cannot skip.
+// first, the most frequent (openat, ioctl) at the very front: they are the
+// only ones the kernel's action cache cannot skip, and the program tests
+// syscall numbers one after the other.
 func syscallRules(opts Options) []sysRule {
 	unixOut, unixWhy := eperm, "below Landlock ABI 9 nothing stops a connect to a pathname socket a host process put in a writable grant, and that crosses network namespaces (Options.AllowUnixSockets lifts this)"
+	pair := branch{
+		tests: []argTest{
+			{arg: 0, kind: testIn64, vals: []uint32{unix.AF_UNIX}},
+			{arg: 1, kind: testLowMaskedIn, mask: sockTypeMask, vals: []uint32{unix.SOCK_STREAM, unix.SOCK_SEQPACKET}},
+		},
+		out:  allow,
+		when: "domain is AF_UNIX and type (SOCK_NONBLOCK and SOCK_CLOEXEC masked off) is SOCK_STREAM or SOCK_SEQPACKET",
+		why:  "a connected pair reaches nobody outside: connect on it fails (EISCONN), a bound one cannot listen, and SOCK_SEQPACKET ignores a sendto address; shells, Python (socket.socketpair, multiprocessing, asyncio) and libuv use stream pairs",
+	}
+	pairDefWhen, pairWhy := "domain is anything else, or type is SOCK_DGRAM (or anything else)", "a SOCK_DGRAM socket from socketpair can bind, connect and sendto pathname sockets; below Landlock ABI 9 that reached a host datagram socket placed in a grant after start, both ways, and lets sandboxes sharing a directory talk"
 	if opts.AllowUnixSockets {
 		unixOut, unixWhy = allow, "Landlock ABI 9+ Unix-socket rules confine pathname sockets (Options.AllowUnixSockets)"
+		pair.tests = pair.tests[:1]
+		pair.when = "domain is AF_UNIX"
+		pair.why = "Landlock ABI 9+ Unix-socket rules confine pathname sockets, whatever the type (Options.AllowUnixSockets)"
+		pairDefWhen, pairWhy = "domain is anything else", "no other family is needed"
 	}
 	rules := []sysRule{
+		openRule("openat", unix.SYS_OPENAT, 3),
 		{
 			name: "ioctl", nr: unix.SYS_IOCTL,
 			branches: []branch{{
@@ -104,10 +210,19 @@ func syscallRules(opts Options) []sysRule {
 					why:  "MPTCP is a large, young protocol stack reachable without privilege",
 				},
 				{
-					tests: []argTest{{arg: 0, kind: testIn64, vals: []uint32{unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK}}},
+					tests: []argTest{{arg: 0, kind: testIn64, vals: []uint32{unix.AF_INET, unix.AF_INET6}}},
 					out:   allow,
-					when:  "domain is AF_INET, AF_INET6 or AF_NETLINK",
-					why:   "loopback TCP/UDP to the broker; netlink for getifaddrs",
+					when:  "domain is AF_INET or AF_INET6",
+					why:   "loopback TCP/UDP to the broker, inside the sandbox's own network namespace",
+				},
+				{
+					tests: []argTest{
+						{arg: 0, kind: testIn64, vals: []uint32{unix.AF_NETLINK}},
+						{arg: 2, kind: testLowIn, vals: []uint32{unix.NETLINK_ROUTE}},
+					},
+					out:  allow,
+					when: "domain is AF_NETLINK and protocol (low 32 bits, all the kernel reads) is NETLINK_ROUTE",
+					why:  "getifaddrs (glibc, Go's net.Interfaces) lists the sandbox's own interfaces over NETLINK_ROUTE",
 				},
 				{
 					tests: []argTest{{arg: 0, kind: testIn64, vals: []uint32{unix.AF_UNIX}}},
@@ -116,8 +231,8 @@ func syscallRules(opts Options) []sysRule {
 					why:   unixWhy,
 				},
 			},
-			def: eperm, defWhen: "domain is anything else (AF_PACKET, AF_VSOCK, AF_ALG, AF_BLUETOOTH, …, or a high word set)",
-			why: "other families either leave the network namespace (AF_VSOCK) or are kernel attack surface the workload does not need",
+			def: eperm, defWhen: "domain is anything else (AF_PACKET, AF_VSOCK, AF_ALG, AF_BLUETOOTH, …, or a high word set), or AF_NETLINK with any other protocol",
+			why: "other families either leave the network namespace (AF_VSOCK) or are kernel attack surface the workload does not need; the other netlink protocols (audit, netfilter, generic, uevent, sock_diag, …) administer or watch the host's kernel",
 		},
 		{
 			name: "clone", nr: unix.SYS_CLONE,
@@ -131,13 +246,23 @@ func syscallRules(opts Options) []sysRule {
 		},
 		{
 			name: "socketpair", nr: unix.SYS_SOCKETPAIR,
+			branches: []branch{pair},
+			def:      eperm, defWhen: pairDefWhen, why: pairWhy,
+		},
+		setidRule("fchmod", unix.SYS_FCHMOD, 1, chmodAllowed),
+		setidRule("fchmodat", unix.SYS_FCHMODAT, 2, chmodAllowed),
+		setidRule("fchmodat2", unix.SYS_FCHMODAT2, 2, chmodAllowed+" (glibc 2.39+ uses it for AT_SYMLINK_NOFOLLOW)"),
+		setidRule("mkdirat", unix.SYS_MKDIRAT, 2, mkdirAllowed),
+		mknodRule("mknodat", unix.SYS_MKNODAT, 2),
+		{
+			name: "renameat2", nr: unix.SYS_RENAMEAT2,
 			branches: []branch{{
-				tests: []argTest{{arg: 0, kind: testIn64, vals: []uint32{unix.AF_UNIX}}},
-				out:   allow,
-				when:  "domain is AF_UNIX",
-				why:   "an unnamed pair reaches nobody outside; shells, Go and Python use it",
+				tests: []argTest{{arg: 4, kind: testLowAnyBit, mask: unix.RENAME_WHITEOUT}},
+				out:   eperm,
+				when:  "flags (arg 4) have RENAME_WHITEOUT",
+				why:   "a whiteout is a character device node (0:0) left in the grant; only overlay filesystem tools make them",
 			}},
-			def: eperm, defWhen: "domain is anything else", why: "no other family is needed",
+			def: allow, defWhen: "otherwise", why: "renames, RENAME_NOREPLACE and RENAME_EXCHANGE",
 		},
 		{
 			name: "personality", nr: unix.SYS_PERSONALITY,
@@ -149,12 +274,30 @@ func syscallRules(opts Options) []sysRule {
 			}},
 			def: eperm, defWhen: "otherwise", why: "flags such as ADDR_NO_RANDOMIZE and READ_IMPLIES_EXEC weaken exploit mitigations",
 		},
-		{
+	}
+	for _, m := range archModeCalls {
+		rules = append(rules, m.rule())
+	}
+	rules = append(rules,
+		sysRule{
 			name: "clone3", nr: unix.SYS_CLONE3,
 			def: outcome{action: ActionErrno, errno: unix.ENOSYS},
 			why: "seccomp cannot read its flags (behind a pointer); glibc and others fall back to clone on ENOSYS",
 		},
-	}
+		sysRule{
+			name: "openat2", nr: unix.SYS_OPENAT2,
+			def: outcome{action: ActionErrno, errno: unix.ENOSYS},
+			why: "its mode sits in a struct behind a pointer, so seccomp cannot refuse set-id bits there; callers (systemd, runc, libpathrs) fall back to openat on ENOSYS, and glibc and Go do not use it",
+		},
+		sysRule{
+			name: "execveat", nr: unix.SYS_EXECVEAT, def: allow,
+			why: "fexecve(3) uses it. It runs a memfd that Landlock's execute right never checks (memfd lives on the kernel's internal mount, which Landlock exempts; TestKernelLandlockMemfdExec shows it), but refusing it would not close that: execve(\"/proc/self/fd/N\") runs the same memfd, even with /proc mounted noexec. Closing it is vm.memfd_noexec=2 in the sandbox's pid namespace, which makes every memfd non-executable; without it, an anonymous program is still no more than a file written to /tmp or a read_write grant, where Landlock grants execute",
+		},
+		sysRule{
+			name: "memfd_create", nr: unix.SYS_MEMFD_CREATE, def: allow,
+			why: "shared and anonymous file memory (Wayland, Chromium, V8, systemd tools); see execveat for what executing one means",
+		},
+	)
 
 	deny := func(why string, calls ...struct {
 		name string
@@ -188,6 +331,12 @@ func syscallRules(opts Options) []sysRule {
 		sc{"userfaultfd", unix.SYS_USERFAULTFD}, sc{"vmsplice", unix.SYS_VMSPLICE})
 	deny("kernel keyrings are not namespaced by the sandbox",
 		sc{"keyctl", unix.SYS_KEYCTL}, sc{"add_key", unix.SYS_ADD_KEY}, sc{"request_key", unix.SYS_REQUEST_KEY})
+	deny("fanotify groups and marks are charged to the owner's uid in every ancestor user namespace, up to the host's (a sandbox used up host uid 0's 128 groups), and marks on read-only grants watch the host's own use of those files",
+		sc{"fanotify_init", unix.SYS_FANOTIFY_INIT})
+	deny("secret memory is unmovable and locked, and while any exists the host cannot hibernate; ordinary programs do not use it",
+		sc{"memfd_secret", unix.SYS_MEMFD_SECRET})
+	deny("mount enumeration by id (Linux 6.8+) reports every mount's source root, i.e. the host paths behind the grants, and bypasses any masking of /proc/self/mountinfo; programs read mountinfo instead",
+		sc{"listmount", unix.SYS_LISTMOUNT}, sc{"statmount", unix.SYS_STATMOUNT})
 	deny("file handles bypass path-based confinement",
 		sc{"open_by_handle_at", unix.SYS_OPEN_BY_HANDLE_AT}, sc{"name_to_handle_at", unix.SYS_NAME_TO_HANDLE_AT})
 	deny("host administration; needs capabilities the workload never has, so refuse before the kernel parses anything",
