@@ -21,7 +21,8 @@ const (
 	CodeBadPath     = "bad_path"     // empty, NUL, "~", not absolute after resolution
 	CodeEscapes     = "escapes"      // a relative path that leaves the policy's directory
 	CodeNotFound    = "not_found"    // a grant or file that does not exist
-	CodeSocket      = "socket"       // a grant that is or holds a Unix socket
+	CodeSymlink     = "symlink"      // a grant through a symlink others can plant
+	CodeBadType     = "bad_type"     // a grant that is neither a directory nor a regular file
 	CodeForbidden   = "forbidden"    // a grant of /, /proc, /sys or /dev
 	CodeAuditInside = "audit_inside" // the audit directory overlaps a grant
 	CodeURL         = "bad_url"      // a base_url that is not https or loopback http

@@ -6,16 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+
+	"github.com/moat-sandbox/moat/internal/grants"
 )
-
-// MaxWalkEntries caps how many directory entries moat examines, over all
-// grants, when it looks for Unix sockets. A grant too large to check is
-// refused: grant a narrower directory.
-const MaxWalkEntries = 1_000_000
-
-// forbiddenRoots are host trees never granted: moat builds its own /proc
-// and /dev, and /sys exposes the host.
-var forbiddenRoots = []string{"/proc", "/sys", "/dev"}
 
 // validate fills the path defaults and checks what needs the whole policy
 // or the file system.
@@ -43,9 +37,10 @@ func (d *decoder) validate(p *Policy) {
 		}
 		seen[g.path] = g.key
 	}
-	budget := MaxWalkEntries
-	for _, pr := range checkGrants(grants, &budget) {
-		d.add(d.nodes[pr.Path], pr.Code, pr.Path, "%s", pr.Message)
+	if _, err := resolve(grants, p.Audit.Dir); err != nil {
+		for _, pr := range err.Problems {
+			d.add(d.nodes[pr.Key], pr.Code, pr.Key, "%s", pr.Message)
+		}
 	}
 
 	// The audit directory must be invisible to the workload: not inside a
@@ -98,72 +93,36 @@ func (p *Policy) grants() []grant {
 	return out
 }
 
-// CheckGrants checks the grants against the file system again: each exists,
-// is not /, /proc, /sys or /dev (or inside them), and neither is nor holds
-// a Unix socket. Load already does this; call it again when the run starts
-// (a socket added after that is stopped by the seccomp filter). It returns
-// an *Error listing every problem, or nil.
-func (p *Policy) CheckGrants() error {
-	budget := MaxWalkEntries
-	probs := checkGrants(p.grants(), &budget)
-	if len(probs) == 0 {
-		return nil
+// ResolveGrants resolves every grant once, from descriptors (see package
+// grants): what a backend mounts. Call it when the run starts; Load
+// already did it once for its error messages.
+func (p *Policy) ResolveGrants() (*grants.Plan, error) {
+	pl, err := resolve(p.grants(), p.Audit.Dir)
+	if err != nil {
+		probs := make([]Problem, len(err.Problems))
+		for i, pr := range err.Problems {
+			probs[i] = Problem{Code: pr.Code, Path: pr.Key, Message: pr.Message}
+		}
+		return nil, &Error{File: p.Source, Problems: probs}
 	}
-	return &Error{File: p.Source, Problems: probs}
+	return pl, nil
 }
 
-func checkGrants(grants []grant, budget *int) []Problem {
-	var probs []Problem
-	var walked []string
-	bad := func(code string, g grant, format string, a ...any) {
-		probs = append(probs, Problem{Code: code, Path: g.key, Message: fmt.Sprintf(format, a...)})
+func resolve(gs []grant, audit string) (*grants.Plan, *grants.Error) {
+	specs := make([]grants.Spec, len(gs))
+	for i, g := range gs {
+		specs[i] = grants.Spec{Key: g.key, Path: g.path, Write: strings.HasPrefix(g.key, "filesystem.read_write")}
 	}
-	for _, g := range grants {
-		if !filepath.IsAbs(g.path) || filepath.Clean(g.path) != g.path {
-			bad(CodeBadPath, g, "grant %q is not a clean absolute path", g.path)
-			continue
+	pl, err := grants.Resolve(specs, audit)
+	if err != nil {
+		var ge *grants.Error
+		if errors.As(err, &ge) {
+			return nil, ge
 		}
-		real, err := filepath.EvalSymlinks(g.path)
-		if err != nil {
-			bad(CodeNotFound, g, "grant %s: %s; create it or remove the grant", g.path, errText(err))
-			continue
-		}
-		if msg := forbidden(g.path, real); msg != "" {
-			bad(CodeForbidden, g, "%s", msg)
-			continue
-		}
-		if slices.ContainsFunc(walked, func(w string) bool { return within(real, w) }) {
-			continue // already checked through another grant (e.g. /bin -> /usr/bin)
-		}
-		walked = append(walked, real)
-		sock, err := findSocket(real, budget)
-		switch {
-		case sock != "":
-			bad(CodeSocket, g, "grant %s holds the Unix socket %s; a socket in a grant is a way out of the sandbox: grant a directory without it", g.path, sock)
-		case errors.Is(err, errWalkBudget):
-			bad(CodeTooLarge, g, "grant %s holds more than %d entries (with the other grants), too many to check for Unix sockets; grant narrower directories", g.path, MaxWalkEntries)
-		case err != nil:
-			bad(CodeNotFound, g, "grant %s cannot be checked for Unix sockets: %v", g.path, err)
-		}
+		return nil, &grants.Error{Problems: []grants.Problem{{Code: CodeNotFound, Message: err.Error()}}}
 	}
-	return probs
+	return pl, nil
 }
-
-func forbidden(path, real string) string {
-	for _, p := range []string{path, real} {
-		if p == "/" {
-			return fmt.Sprintf("grant %s is the host's whole root; grant the directories the workload needs", path)
-		}
-		for _, r := range forbiddenRoots {
-			if within(p, r) {
-				return fmt.Sprintf("grant %s is inside %s, which moat never grants (the sandbox has its own /proc and /dev, and no /sys)", path, r)
-			}
-		}
-	}
-	return ""
-}
-
-var errWalkBudget = errors.New("too many entries")
 
 // realPrefix resolves symlinks in the longest existing prefix of p and
 // appends the rest, so that a path that does not exist yet (the audit

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/moat-sandbox/moat/internal/grants"
 	"github.com/moat-sandbox/moat/internal/reexec"
 )
 
@@ -39,6 +40,7 @@ const (
 	stageErrFD    = 3 // CLOEXEC pipe: EOF means the exec succeeded
 	stageConfigFD = 4 // JSON stageConfig
 	stageExeFD    = 5 // the moat binary (for StartHelper)
+	stageRuleFD   = 6 // first of the grant trees (Landlock rules), count in argv
 )
 
 // maxConfigBytes bounds the JSON configs read from the init/stage fds.
@@ -50,11 +52,12 @@ const exeFDMin = 100
 
 // initConfig is everything the init needs, sent by the supervisor.
 type initConfig struct {
-	Grants   []grant `json:"grants"`
-	TmpSize  int64   `json:"tmp_size"`
-	UID      int     `json:"uid"`
-	GID      int     `json:"gid"`
-	Hostname string  `json:"hostname"`
+	// Plan is the grants as the supervisor resolved them (package grants).
+	Plan     grants.Plan `json:"plan"`
+	TmpSize  int64       `json:"tmp_size"`
+	UID      int         `json:"uid"`
+	GID      int         `json:"gid"`
+	Hostname string      `json:"hostname"`
 	// Landlock is the ruleset template; the init fills ConnectPort.
 	Landlock  llRuleset `json:"landlock"`
 	OpenFiles uint64    `json:"open_files"`
@@ -87,20 +90,8 @@ func runInit(args []string) int {
 		return fail(fmt.Errorf("init: keeping the moat binary open: %w", err))
 	}
 	unix.Close(initExeFD)
-	recvGrant := func(g grant) (int, error) {
-		m, files, err := ctl.recv()
-		if err != nil {
-			return -1, err
-		}
-		if m.Op != "grant" || m.Dir != g.Path || len(files) != 1 {
-			closeFiles(files)
-			return -1, fmt.Errorf("BUG: expected the idmapped mount of %s, got %q %q with %d fds", g.Path, m.Op, m.Dir, len(files))
-		}
-		fd, err := unix.Dup(int(files[0].Fd()))
-		files[0].Close()
-		return fd, err
-	}
-	if err := buildRoot(&cfg, recvGrant); err != nil {
+	ruleFDs, err := buildRoot(&cfg)
+	if err != nil {
 		return fail(fmt.Errorf("init: building the sandbox root: %w", err))
 	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
@@ -115,6 +106,9 @@ func runInit(args []string) int {
 	}
 	cfg.Landlock.ConnectPort = port
 	in := &initState{cfg: &cfg, ctl: ctl, exeFD: exeFD, exe: os.NewFile(uintptr(exeFD), "moat"), procs: map[int]*initProc{}}
+	for i, fd := range ruleFDs {
+		in.rules = append(in.rules, os.NewFile(uintptr(fd), cfg.Plan.Mounts[i].Real))
+	}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, unix.SIGCHLD)
 	go in.reap(sigs)
@@ -208,6 +202,9 @@ type initState struct {
 	ctl   *ctlConn
 	exeFD int
 	exe   *os.File // exeFD, kept open for the sandbox's lifetime
+	// rules are the attached grant trees, in plan order: each stage gets
+	// them from stageRuleFD on as its Landlock rules' descriptors.
+	rules []*os.File
 
 	mu    sync.Mutex // held while starting a stage and while reaping
 	procs map[int]*initProc
@@ -250,7 +247,7 @@ func (in *initState) start(m ctlMsg, files []*os.File) {
 	attr := &os.ProcAttr{
 		Dir:   "/",
 		Env:   []string{},
-		Files: []*os.File{files[0], files[1], files[2], errW, cfgR, in.exe},
+		Files: append([]*os.File{files[0], files[1], files[2], errW, cfgR, in.exe}, in.rules...),
 		Sys: &syscall.SysProcAttr{
 			Cloneflags:  unix.CLONE_NEWUSER,
 			UidMappings: []syscall.SysProcIDMap{{ContainerID: in.cfg.UID, HostID: 0, Size: 1}},
@@ -267,7 +264,7 @@ func (in *initState) start(m ctlMsg, files []*os.File) {
 		},
 	}
 	in.mu.Lock()
-	p, err := os.StartProcess("/proc/self/fd/"+strconv.Itoa(in.exeFD), []string{"moat", stageHelper}, attr)
+	p, err := os.StartProcess("/proc/self/fd/"+strconv.Itoa(in.exeFD), []string{"moat", stageHelper, strconv.Itoa(len(in.rules))}, attr)
 	pidfd, pid := -1, 0
 	var ip *initProc
 	if err == nil {

@@ -92,9 +92,13 @@ func llFSAll(abi int) uint64 {
 	return r
 }
 
-// llRule is one path-beneath rule, resolved inside the sandbox root.
+// llRule is one path-beneath rule. A grant's rule names the grant's
+// index in the plan (Grant, 1-based): the stage uses the descriptor of
+// the tree the init attached, never the path again. Other rules (/tmp,
+// /proc, /dev nodes: made by the init itself) are opened by Path.
 type llRule struct {
 	Path   string `json:"path"`
+	Grant  int    `json:"grant,omitempty"`
 	Access uint64 `json:"access"`
 }
 
@@ -140,7 +144,13 @@ func restrictSelf(rs llRuleset) error {
 	rfd := int(fd)
 	defer unix.Close(rfd)
 	for _, r := range rs.Rules {
-		pfd, err := unix.Open(r.Path, unix.O_PATH|unix.O_CLOEXEC, 0)
+		var pfd int
+		var err error
+		if r.Grant > 0 {
+			pfd, err = unix.FcntlInt(uintptr(stageRuleFD+r.Grant-1), unix.F_DUPFD_CLOEXEC, 0)
+		} else {
+			pfd, err = unix.Open(r.Path, unix.O_PATH|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+		}
 		if err != nil {
 			return fmt.Errorf("landlock rule %s: %w", r.Path, err)
 		}

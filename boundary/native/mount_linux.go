@@ -1,14 +1,16 @@
 package native
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/internal/grants"
 )
 
 // devNodes are the only device nodes inside the sandbox, bind-mounted from
@@ -24,65 +26,40 @@ const stagingPoint = "/tmp"
 // points only; it is read-only once built).
 const rootTmpfsSize = 1 << 20
 
-// grant is one host path bound into the sandbox at the same path.
-type grant struct {
-	Path  string `json:"path"`
-	Write bool   `json:"write"`
-	// Idmapped grants arrive from the supervisor as detached idmapped
-	// mounts (root-owned read_write grants when moat runs as root).
-	Idmapped bool `json:"idmapped,omitempty"`
-}
-
-// clonedTree is a detached copy of a host path, ready to be attached.
+// clonedTree is a detached copy of a granted tree, ready to be attached.
 type clonedTree struct {
-	grant
-	fd  int
-	dir bool
+	path string // where it is attached inside (the grant's real path)
+	fd   int
+	dir  bool
 }
 
 // buildRoot builds the sandbox's root and pivots into it. It runs in the
 // init, which is uid 0 of a fresh user namespace that owns a fresh mount
 // namespace. On return the process's root is the new tmpfs and nothing of
 // the host is reachable by path.
-func buildRoot(cfg *initConfig, recvGrant func(grant) (int, error)) error {
+func buildRoot(cfg *initConfig) (ruleFDs []int, err error) {
 	// Nothing we mount may propagate back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("making / recursively private: %w", err)
+		return nil, fmt.Errorf("making / recursively private: %w", err)
 	}
-	grants := cfg.Grants
+	// Each grant is opened once, here, without following symlinks; the
+	// checks run on that descriptor and the tree is cloned from it
+	// (package grants). The plan is sorted parents first.
 	var trees []clonedTree
 	defer func() {
-		for _, t := range trees {
-			unix.Close(t.fd)
+		if err != nil {
+			for _, t := range trees {
+				unix.Close(t.fd)
+			}
 		}
 	}()
-	for _, g := range cfg.Grants {
-		// In the order the supervisor sends them.
-		if !g.Idmapped {
-			continue
-		}
-		fd, err := recvGrant(g)
+	for _, m := range cfg.Plan.Mounts {
+		t, err := cloneTree(m)
 		if err != nil {
-			return fmt.Errorf("idmapped grant %s: %w", g.Path, err)
-		}
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
-			unix.Close(fd)
-			return err
-		}
-		trees = append(trees, clonedTree{grant: g, fd: fd, dir: st.Mode&unix.S_IFMT == unix.S_IFDIR})
-	}
-	for _, g := range grants {
-		if g.Idmapped {
-			continue
-		}
-		t, err := cloneTree(g)
-		if err != nil {
-			return err
+			return nil, err
 		}
 		trees = append(trees, t)
 	}
-	sort.SliceStable(trees, func(i, j int) bool { return trees[i].Path < trees[j].Path })
 	var devs []clonedTree
 	defer func() {
 		for _, t := range devs {
@@ -92,108 +69,185 @@ func buildRoot(cfg *initConfig, recvGrant func(grant) (int, error)) error {
 	for _, n := range devNodes {
 		fd, err := unix.OpenTree(unix.AT_FDCWD, "/dev/"+n, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 		if err != nil {
-			return fmt.Errorf("cloning /dev/%s: %w", n, err)
+			return nil, fmt.Errorf("cloning /dev/%s: %w", n, err)
 		}
-		devs = append(devs, clonedTree{grant: grant{Path: "/dev/" + n, Write: true}, fd: fd})
+		devs = append(devs, clonedTree{path: "/dev/" + n, fd: fd})
 		if err := setAttr(fd, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC, false); err != nil {
-			return fmt.Errorf("/dev/%s: %w", n, err)
+			return nil, fmt.Errorf("/dev/%s: %w", n, err)
 		}
 	}
 
 	root, err := newTmpfs(rootTmpfsSize, "0755", 0)
 	if err != nil {
-		return fmt.Errorf("root tmpfs: %w", err)
+		return nil, fmt.Errorf("root tmpfs: %w", err)
 	}
 	defer unix.Close(root)
 	if err := unix.MoveMount(root, "", unix.AT_FDCWD, stagingPoint, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		return fmt.Errorf("attaching the root tmpfs at %s: %w", stagingPoint, err)
+		return nil, fmt.Errorf("attaching the root tmpfs at %s: %w", stagingPoint, err)
 	}
 	stage := func(p string) string { return filepath.Join(stagingPoint, p) }
 
 	// /tmp first, so that grants below /tmp are mounted on top of it.
 	tmp, err := newTmpfs(cfg.TmpSize, "1777", unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
 	if err != nil {
-		return fmt.Errorf("/tmp tmpfs: %w", err)
+		return nil, fmt.Errorf("/tmp tmpfs: %w", err)
 	}
 	defer unix.Close(tmp)
 	if err := attachAt(tmp, stage("tmp")); err != nil {
-		return fmt.Errorf("/tmp: %w", err)
+		return nil, fmt.Errorf("/tmp: %w", err)
 	}
 
+	// Mount points are made and opened beneath the staging root without
+	// following symlinks: a nested grant's mount point lies inside an
+	// earlier grant's tree, which a workload may have changed.
+	stageFD, err := unix.Open(stagingPoint, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(stageFD)
 	for _, t := range trees {
-		if err := mountPoint(stage(t.Path), t.dir); err != nil {
-			return fmt.Errorf("mount point for %s: %w", t.Path, err)
+		to, err := mountPointAt(stageFD, t.path, t.dir)
+		if err != nil {
+			return nil, fmt.Errorf("mount point for grant %s: %w", t.path, err)
 		}
-		if err := unix.MoveMount(t.fd, "", unix.AT_FDCWD, stage(t.Path), unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-			return fmt.Errorf("attaching grant %s: %w", t.Path, err)
+		err = unix.MoveMount(t.fd, "", to, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
+		unix.Close(to)
+		if err != nil {
+			return nil, fmt.Errorf("attaching grant %s: %w", t.path, err)
+		}
+	}
+	// Trusted symlinks met while resolving (e.g. /bin -> usr/bin) are
+	// recreated as symlinks, never mounted through.
+	for _, l := range cfg.Plan.Links {
+		dir, err := mountPointAt(stageFD, filepath.Dir(l.Path), true)
+		if err != nil {
+			return nil, fmt.Errorf("symlink %s: %w", l.Path, err)
+		}
+		err = unix.Symlinkat(l.Target, dir, filepath.Base(l.Path))
+		unix.Close(dir)
+		if err != nil && !errors.Is(err, unix.EEXIST) {
+			return nil, fmt.Errorf("symlink %s -> %s: %w", l.Path, l.Target, err)
 		}
 	}
 	if err := os.MkdirAll(stage("dev"), 0o755); err != nil {
-		return err
+		return nil, err
 	}
 	for _, t := range devs {
-		if err := mountPoint(stage(t.Path), false); err != nil {
-			return err
+		if err := mountPoint(stage(t.path), false); err != nil {
+			return nil, err
 		}
-		if err := unix.MoveMount(t.fd, "", unix.AT_FDCWD, stage(t.Path), unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-			return fmt.Errorf("attaching %s: %w", t.Path, err)
+		if err := unix.MoveMount(t.fd, "", unix.AT_FDCWD, stage(t.path), unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return nil, fmt.Errorf("attaching %s: %w", t.path, err)
 		}
 	}
 	for name, target := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
 		if err := os.Symlink(target, stage("dev/"+name)); err != nil {
-			return err
+			return nil, err
 		}
 	}
 
 	proc, err := newFS("proc", nil, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
 	if err != nil {
-		return fmt.Errorf("proc: %w", err)
+		return nil, fmt.Errorf("proc: %w", err)
 	}
 	defer unix.Close(proc)
 	if err := attachAt(proc, stage("proc")); err != nil {
-		return fmt.Errorf("/proc: %w", err)
+		return nil, fmt.Errorf("/proc: %w", err)
 	}
 
 	// The skeleton is read-only: nothing can be created at the top.
 	if err := unix.MountSetattr(unix.AT_FDCWD, stagingPoint, 0, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}); err != nil {
-		return fmt.Errorf("making the root read-only: %w", err)
+		return nil, fmt.Errorf("making the root read-only: %w", err)
 	}
 	if err := unix.Chdir(stagingPoint); err != nil {
-		return err
+		return nil, err
 	}
 	if err := unix.PivotRoot(".", "."); err != nil {
-		return fmt.Errorf("pivot_root: %w", err)
+		return nil, fmt.Errorf("pivot_root: %w", err)
 	}
 	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
-		return fmt.Errorf("detaching the old root: %w", err)
+		return nil, fmt.Errorf("detaching the old root: %w", err)
 	}
-	return unix.Chdir("/")
+	if err := unix.Chdir("/"); err != nil {
+		return nil, err
+	}
+	// The clones stay open: attached now, each is the Landlock rule's
+	// descriptor for its grant (the same inode that was checked).
+	for _, t := range trees {
+		ruleFDs = append(ruleFDs, t.fd)
+	}
+	return ruleFDs, nil
 }
 
-// cloneTree makes a detached recursive copy of g.Path with the grant's
-// attributes: read-only grants rdonly,nosuid,nodev; read-write nosuid,nodev.
-func cloneTree(g grant) (clonedTree, error) {
-	if !filepath.IsAbs(g.Path) || filepath.Clean(g.Path) != g.Path || g.Path == "/" {
-		return clonedTree{}, fmt.Errorf("grant %q: must be a clean absolute path other than /", g.Path)
-	}
-	fd, err := unix.OpenTree(unix.AT_FDCWD, g.Path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+// cloneTree opens the grant (grants.Mount.Open: no symlink followed, the
+// planned inode, owned by this namespace's root when writable) and makes
+// a detached recursive copy of it from that descriptor, with the grant's
+// attributes: read-only grants rdonly,nosuid,nodev; read-write
+// nosuid,nodev.
+func cloneTree(m grants.Mount) (clonedTree, error) {
+	pfd, err := m.Open(grants.Checks{WriteOwner: 0})
 	if err != nil {
-		return clonedTree{}, fmt.Errorf("cloning grant %s: %w", g.Path, err)
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
 		return clonedTree{}, err
 	}
+	fd, err := unix.OpenTree(pfd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_EMPTY_PATH)
+	unix.Close(pfd)
+	if err != nil {
+		return clonedTree{}, fmt.Errorf("cloning grant %s: %w", m.Path, err)
+	}
 	attr := uint64(unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV)
-	if !g.Write {
+	if !m.Write {
 		attr |= unix.MOUNT_ATTR_RDONLY
 	}
 	if err := setAttr(fd, attr, true); err != nil {
 		unix.Close(fd)
-		return clonedTree{}, fmt.Errorf("grant %s: %w", g.Path, err)
+		return clonedTree{}, fmt.Errorf("grant %s: %w", m.Path, err)
 	}
-	return clonedTree{grant: g, fd: fd, dir: st.Mode&unix.S_IFMT == unix.S_IFDIR}, nil
+	return clonedTree{path: m.Real, fd: fd, dir: m.Dir}, nil
+}
+
+// mountPointAt opens rel (an absolute path inside the new root) beneath
+// the staging root, creating what is missing, and following no symlink:
+// it returns an O_PATH descriptor to mount on.
+func mountPointAt(rootFD int, rel string, dir bool) (int, error) {
+	comps := strings.Split(strings.TrimPrefix(filepath.Clean(rel), "/"), "/")
+	cur, err := unix.Openat(rootFD, ".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	if rel == "/" {
+		return cur, nil
+	}
+	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_BENEATH}
+	for i, c := range comps {
+		last := i == len(comps)-1
+		next, err := unix.Openat2(cur, c, how)
+		if errors.Is(err, unix.ENOENT) {
+			if !last || dir {
+				err = unix.Mkdirat(cur, c, 0o755)
+			} else {
+				var f int
+				f, err = unix.Openat(cur, c, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+				if err == nil {
+					unix.Close(f)
+				}
+			}
+			if err == nil || errors.Is(err, unix.EEXIST) {
+				next, err = unix.Openat2(cur, c, how)
+			}
+		}
+		unix.Close(cur)
+		if err != nil {
+			return -1, fmt.Errorf("%s: %w (a symlink, or changed while the sandbox was built)", rel, err)
+		}
+		cur = next
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(cur, &st); err != nil || st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		unix.Close(cur)
+		return -1, fmt.Errorf("%s: not a directory or file to mount on", rel)
+	}
+	return cur, nil
 }
 
 func setAttr(fd int, set uint64, recursive bool) error {
@@ -262,22 +316,4 @@ func attachAt(fd int, p string) error {
 // isUnder reports whether p is dir or below it.
 func isUnder(p, dir string) bool {
 	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
-}
-
-// idmappedClone makes, in the supervisor (root), a detached recursive copy
-// of path whose owners are mapped through the user namespace usernsFD:
-// with the init's namespace (0 → host_uid), root-owned files appear as the
-// workload's own, and its writes land on disk as root.
-func idmappedClone(path string, usernsFD int) (int, error) {
-	fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
-	if err != nil {
-		return -1, fmt.Errorf("open_tree: %w", err)
-	}
-	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
-		Propagation: unix.MS_PRIVATE, Userns_fd: uint64(usernsFD)}
-	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
-		unix.Close(fd)
-		return -1, fmt.Errorf("mount_setattr MOUNT_ATTR_IDMAP: %w", err)
-	}
-	return fd, nil
 }

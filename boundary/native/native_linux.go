@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -106,16 +106,18 @@ func hostIDs(pol *policy.Policy) (int, int, error) {
 	if uid <= 0 || gid <= 0 {
 		return 0, 0, fmt.Errorf("BUG: host ids %d:%d", uid, gid)
 	}
-	// A read_write grant the workload's host uid does not own could not be
-	// written. Root-owned ones are idmapped (initConfigFor); others are
-	// refused.
+	// A read_write grant must be owned by the workload's host uid. Not
+	// root: what the workload writes must never land on the host as uid 0
+	// (an idmapped root-owned workspace let a workload make a setuid-root
+	// file). The init checks the owner again on the descriptor it mounts;
+	// this is the early refusal with the fix.
 	for _, p := range pol.Filesystem.ReadWrite {
 		var st unix.Stat_t
 		if err := unix.Stat(p, &st); err != nil {
 			return 0, 0, fmt.Errorf("moat: refused: read_write grant %s: %w", p, err)
 		}
-		if int(st.Uid) != uid && st.Uid != 0 {
-			return 0, 0, fmt.Errorf("moat: refused: read_write grant %s is owned by uid %d, but the workload runs as host uid %d (process.host_uid); chown -R %d:%d %s, or set process.host_uid to its owner", p, st.Uid, uid, uid, gid, p)
+		if int(st.Uid) != uid {
+			return 0, 0, fmt.Errorf("moat: refused: read_write grant %s is owned by uid %d, but the workload runs as host uid %d (process.host_uid) and moat never lets it write as another uid, root least of all; chown -R %d:%d %s, or set process.host_uid to its owner if that is not root", p, st.Uid, uid, uid, gid, p)
 		}
 	}
 	return uid, gid, nil
@@ -132,42 +134,20 @@ func initConfigFor(pol *policy.Policy, abi, gid int) (*initConfig, error) {
 		cfg.OpenFiles = uint64(pol.Process.Limits.OpenFiles)
 	}
 	rs := llRuleset{ABI: abi, ExecFD: -1}
-	add := func(path string, write bool) error {
-		if !filepath.IsAbs(path) || filepath.Clean(path) != path || path == "/" {
-			return fmt.Errorf("moat: refused: grant %q must be a clean absolute path other than /", path)
-		}
-		if _, err := os.Stat(path); err != nil {
-			return fmt.Errorf("moat: refused: grant %s: %w", path, err)
-		}
-		g := grant{Path: path, Write: write}
-		if write && os.Geteuid() == 0 {
-			var st unix.Stat_t
-			if err := unix.Stat(path, &st); err == nil && st.Uid == 0 {
-				g.Idmapped = true
-			}
-		}
-		cfg.Grants = append(cfg.Grants, g)
-		for _, o := range testOmitLandlock {
-			if o == path {
-				return nil
-			}
+	plan, err := pol.ResolveGrants()
+	if err != nil {
+		return nil, fmt.Errorf("moat: refused: %w", err)
+	}
+	cfg.Plan = *plan
+	for i, m := range plan.Mounts {
+		if slices.Contains(testOmitLandlock, m.Path) {
+			continue
 		}
 		acc := uint64(llFSExecute | llFSReadFile | llFSReadDir)
-		if write {
+		if m.Write {
 			acc = llFSAll(abi)
 		}
-		rs.Rules = append(rs.Rules, llRule{Path: path, Access: acc})
-		return nil
-	}
-	for _, p := range pol.Filesystem.ReadOnly {
-		if err := add(p, false); err != nil {
-			return nil, err
-		}
-	}
-	for _, p := range pol.Filesystem.ReadWrite {
-		if err := add(p, true); err != nil {
-			return nil, err
-		}
+		rs.Rules = append(rs.Rules, llRule{Path: m.Real, Grant: i + 1, Access: acc})
 	}
 	rs.Rules = append(rs.Rules, llRule{Path: "/tmp", Access: llFSAll(abi)}, llRule{Path: "/proc", Access: llFSReadFile | llFSReadDir})
 	for _, n := range devNodes {
@@ -254,9 +234,6 @@ func (sb *sandbox) startInit(ctx context.Context, cfg *initConfig, hostUID, host
 			sb.limits.Detail = note
 		}
 	}
-	if err := sb.sendIdmapped(cfg, cmd.Process.Pid, hostUID, hostGID); err != nil {
-		return err
-	}
 	b, err := json.Marshal(cfg)
 	if err != nil {
 		return fmt.Errorf("BUG: init config: %w", err)
@@ -291,35 +268,4 @@ func startDumpable(cmd *exec.Cmd) error {
 	}
 	defer unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	return cmd.Start()
-}
-
-// sendIdmapped makes the idmapped mounts of root-owned read_write grants
-// with the init's user namespace and hands them to the init, which
-// attaches them in its root. Where the kernel or filesystem cannot, the
-// run is refused with the fix.
-func (sb *sandbox) sendIdmapped(cfg *initConfig, initPID, hostUID, hostGID int) error {
-	var ns *os.File
-	for _, g := range cfg.Grants {
-		if !g.Idmapped {
-			continue
-		}
-		if ns == nil {
-			var err error
-			ns, err = os.Open(fmt.Sprintf("/proc/%d/ns/user", initPID))
-			if err != nil {
-				return fmt.Errorf("native: the init's user namespace: %w", err)
-			}
-			defer ns.Close()
-		}
-		fd, err := idmappedClone(g.Path, int(ns.Fd()))
-		if err != nil {
-			return fmt.Errorf("moat: refused: read_write grant %s is owned by root and cannot be idmapped here (%v); chown -R %d:%d %s (process.host_uid) and run again", g.Path, err, hostUID, hostGID, g.Path)
-		}
-		err = sb.ctl.send(ctlMsg{Op: "grant", Dir: g.Path}, fd)
-		unix.Close(fd)
-		if err != nil {
-			return fmt.Errorf("native: sending the idmapped grant %s: %w", g.Path, err)
-		}
-	}
-	return nil
 }

@@ -78,34 +78,38 @@ func TestRootReadWriteGrantOwnedByOther(t *testing.T) {
 	f.prepare(t)
 }
 
-// TestRootIdmappedGrant: a root-owned read_write grant is mounted
-// idmapped, so the workload (host uid 65534) writes to it and the files
-// land on disk as root.
-func TestRootIdmappedGrant(t *testing.T) {
+// TestRootOwnedGrantRefused: as root, a read_write grant owned by root is
+// refused with the fix in the message (an idmapped root-owned workspace
+// let a workload create a setuid-root file on the host). The control:
+// chowned to host_uid, the workload writes there and its files land on
+// the host as host_uid, never as root.
+func TestRootOwnedGrantRefused(t *testing.T) {
 	testenv.NeedRoot(t)
 	f := newFixture(t)
 	if err := os.Chown(f.ws, 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(f.ws, "rootfile"), []byte("r"), 0o600); err != nil {
+	be, _ := boundary.Lookup(Name)
+	sb, err := be.Prepare(context.Background(), boundary.Spec{RunID: "rootws", Policy: f.pol, StateDir: t.TempDir()})
+	if err == nil {
+		sb.Terminate()
+		t.Fatal("Prepare with a root-owned read_write grant succeeded")
+	}
+	if !strings.Contains(err.Error(), "chown -R 65534:65534 "+f.ws) {
+		t.Errorf("refusal %q does not give the fix", err)
+	}
+	if err := os.Chown(f.ws, nobodyID, nobodyID); err != nil {
 		t.Fatal(err)
 	}
-	sb := f.prepare(t)
-	res := f.ops(t, sb, "write:"+filepath.Join(f.ws, "made-inside"), "read:"+filepath.Join(f.ws, "rootfile"), "owner:"+f.ws)
+	sb2 := f.prepare(t)
+	res := f.ops(t, sb2, "write:"+filepath.Join(f.ws, "made-inside"))
 	wantPrefix(t, res, "write:"+filepath.Join(f.ws, "made-inside"), "ok")
-	wantPrefix(t, res, "read:"+filepath.Join(f.ws, "rootfile"), "ok r")
-	wantPrefix(t, res, "owner:"+f.ws, "ok 1000")
 	st, err := os.Stat(filepath.Join(f.ws, "made-inside"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if uid := st.Sys().(*syscall.Stat_t).Uid; uid != 0 {
-		t.Errorf("file written inside: host owner uid %d, want 0 (the grant's owner)", uid)
-	}
-	// Control: the host's view of a file outside the grant is unchanged,
-	// and a host-uid 65534 process could not have written there.
-	if fi, _ := os.Stat(f.ws); fi.Sys().(*syscall.Stat_t).Uid != 0 {
-		t.Errorf("the grant's owner changed on the host")
+	if uid := st.Sys().(*syscall.Stat_t).Uid; uid != nobodyID {
+		t.Errorf("file written inside: host owner uid %d, want %d (host_uid)", uid, nobodyID)
 	}
 }
 

@@ -80,8 +80,8 @@ func TestInitConfigRules(t *testing.T) {
 			t.Errorf("omitted grant %s has a rule", ro)
 		}
 	}
-	if len(cfg.Grants) != 2 {
-		t.Errorf("grants: got %v, want both mounted", cfg.Grants)
+	if len(cfg.Plan.Mounts) != 2 {
+		t.Errorf("grants: got %v, want both mounted", cfg.Plan.Mounts)
 	}
 
 	for name, bad := range map[string][]string{

@@ -43,7 +43,11 @@ const capLastCapMax = 63
 // capabilities. It confines its own thread and execs the target from it.
 func runStage(args []string) int {
 	runtime.LockOSThread() // never unlocked: Landlock and seccomp are per thread
-	unix.CloseRange(stageExeFD+1, ^uint(0), 0)
+	nrules := 0
+	if len(args) == 1 {
+		nrules, _ = strconv.Atoi(args[0])
+	}
+	unix.CloseRange(uint(stageRuleFD+max(nrules, 0)), ^uint(0), 0)
 	report := func(code int, err error) int {
 		b, _ := json.Marshal(stageReport{Code: code, Err: err.Error()})
 		unix.Write(stageErrFD, b)
