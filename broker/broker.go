@@ -48,6 +48,30 @@ const (
 // ReasonBusy refuses a request while the broker's memory budget is spent.
 const ReasonBusy = "broker_busy"
 
+// Run-wide caps. A workload must not be able to grow the journal (or the
+// log) without bound: each refusal record is bounded by construction
+// (MaxDetailBytes), the number of refusals by the policy's
+// inference.max_refusals and the broker's journal bytes by audit.max_bytes.
+// Past either cap the run ends, like after a reflected credential: the
+// broker stops all effects and the supervisor is told through OnFatal with
+// one of these reasons.
+const (
+	// ReasonRefusalLimit: the refusal past inference.max_refusals. It is
+	// journaled; later refusals are answered but neither journaled nor
+	// logged.
+	ReasonRefusalLimit = "refusal_limit"
+	// ReasonJournalLimit: the broker's records reached audit.max_bytes.
+	// After it no new request or refusal is journaled; the records that
+	// close requests already in flight still are (at most MaxConns of
+	// them, each bounded).
+	ReasonJournalLimit = "journal_limit"
+	// MaxDetailBytes caps the detail of a refusal or failure: the message
+	// the worker gets, its record and its log line. Client-supplied values
+	// inside it are already cut to wire.MaxQuotedBytes plus their length
+	// and sha256; this is the backstop for the whole message.
+	MaxDetailBytes = 4 << 10
+)
+
 // Journal is where the broker writes its records. *audit.Writer implements
 // it: Append returns the exact line once it is durable, and fails for ever
 // after any error.
@@ -94,6 +118,16 @@ type Broker struct {
 	mem      *semaphore.Weighted // memLimit
 	memLimit int64               // MaxBufferedBytes; tests shrink it
 
+	maxRefusals int64        // policy inference.max_refusals
+	refusals    atomic.Int64 // refusals so far
+	maxBytes    int64        // policy audit.max_bytes
+	written     atomic.Int64 // bytes of the broker's journal lines, LF included
+
+	// fwdHeaders maps the id of a request being forwarded to the worker
+	// headers sent with it (name → canonical value); append writes them
+	// into the request's pre-effect record.
+	fwdHeaders sync.Map
+
 	// Timeouts, from the constants; tests shorten them.
 	idleTimeout, readTimeout time.Duration
 
@@ -120,8 +154,13 @@ func New(cfg Config) (*Broker, error) {
 	if cfg.Journal == nil {
 		return nil, errors.New("moat: broker: no journal")
 	}
+	if cfg.Policy.Inference.MaxRefusals < 0 || cfg.Policy.Audit.MaxBytes < policy.MinAuditMaxBytes {
+		return nil, fmt.Errorf("moat: broker: policy not validated: inference.max_refusals %d, audit.max_bytes %d (want >= 0 and >= %d)",
+			cfg.Policy.Inference.MaxRefusals, cfg.Policy.Audit.MaxBytes, int64(policy.MinAuditMaxBytes))
+	}
 	b := &Broker{cfg: cfg, routes: map[string]*route{}, maxReq: int64(cfg.Policy.Inference.MaxRequests),
-		log: cfg.Log, conns: map[net.Conn]struct{}{}, idleTimeout: IdleTimeout, readTimeout: RequestReadTimeout}
+		log: cfg.Log, conns: map[net.Conn]struct{}{}, idleTimeout: IdleTimeout, readTimeout: RequestReadTimeout,
+		maxRefusals: int64(cfg.Policy.Inference.MaxRefusals), maxBytes: int64(cfg.Policy.Audit.MaxBytes)}
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)
 	}
@@ -279,9 +318,30 @@ func (b *Broker) fatal(reason string, err error) {
 
 // append writes rec, or reports false after turning a failure into the
 // run's fatal event. Once the journal failed nothing is written again.
+// Once the broker's records reached audit.max_bytes, records that start
+// something (a request, a refusal) are no longer written.
 func (b *Broker) append(rec audit.Record) ([]byte, bool) {
 	if !b.journal.Load() {
 		return nil, false
+	}
+	switch r := rec.(type) {
+	case audit.InferenceRequested:
+		if b.written.Load() >= b.maxBytes {
+			b.journalFull()
+			return nil, false
+		}
+		if h, ok := b.fwdHeaders.Load(r.RequestID); ok && len(h.(map[string]string)) > 0 {
+			r.Headers = h.(map[string]string)
+			rec = r
+		}
+	case audit.InferenceRefused:
+		if b.written.Load() >= b.maxBytes {
+			b.journalFull()
+			return nil, false
+		}
+	case audit.InferenceFailed:
+		r.Detail = wire.BoundTo(r.Detail, MaxDetailBytes)
+		rec = r
 	}
 	line, err := b.cfg.Journal.Append(rec)
 	if err != nil {
@@ -289,7 +349,15 @@ func (b *Broker) append(rec audit.Record) ([]byte, bool) {
 		b.fatal("audit_failure", err)
 		return nil, false
 	}
+	if b.written.Add(int64(len(line))+1) >= b.maxBytes {
+		b.journalFull()
+	}
 	return line, true
+}
+
+func (b *Broker) journalFull() {
+	b.fatal(ReasonJournalLimit, fmt.Errorf("the broker's journal records reached %d bytes, the policy's audit.max_bytes (%d); the run was ended so that the journal stays bounded: look at the journal for what made so many records, or raise audit.max_bytes if the workload needs more",
+		b.written.Load(), b.maxBytes))
 }
 
 func (b *Broker) attribute(c net.Conn) audit.Attribution {
@@ -389,11 +457,11 @@ func (b *Broker) handle(w *conn, req *request) bool {
 	rt, ok := b.routes[req.path]
 	if !ok {
 		b.refuse(w, "", id, "", req.path, refuse(ReasonPathNotAllowed, 404,
-			"path %q is not served; moat serves %s", clip(req.path), strings.Join(b.endpoints(), ", ")))
+			"path %s is not served; moat serves %s", quote(req.path), strings.Join(b.endpoints(), ", ")))
 		return false
 	}
 	if req.method != http.MethodPost {
-		b.refuse(w, rt.api, id, "", rt.endpoint, refuse(ReasonMethod, 405, "method %s is not allowed on %s; use POST", clip(req.method), rt.endpoint))
+		b.refuse(w, rt.api, id, "", rt.endpoint, refuse(ReasonMethod, 405, "method %s is not allowed on %s; use POST", quote(req.method), rt.endpoint))
 		return false
 	}
 	if b.failed.Load() {
@@ -431,7 +499,7 @@ func (b *Broker) handle(w *conn, req *request) bool {
 	att := b.attribute(w.c)
 	if b.cfg.Policy.Inference.RequireAttribution && att.Status != "resolved" {
 		b.refuse(w, rt.api, id, p.name, rt.endpoint, refuse(ReasonUnattributed, 403,
-			"the policy requires every request to be attributed to a process, and this connection could not be (%s)", clip(att.Reason)))
+			"the policy requires every request to be attributed to a process, and this connection could not be (%s)", wire.Bound(att.Reason)))
 		return false
 	}
 	if !b.reserve() {
@@ -439,7 +507,15 @@ func (b *Broker) handle(w *conn, req *request) bool {
 			"the run's request allowance (max_requests %d) is used up; no further model requests are possible in this run", b.maxReq))
 		return false
 	}
-	return b.forward(w, rt, p, req, adm, fwd, id, att)
+	// forward builds the pre-effect record; append adds these headers to
+	// it, so the record shows exactly the worker headers that are sent.
+	b.fwdHeaders.Store(id, fwd)
+	defer b.fwdHeaders.Delete(id)
+	hdr := http.Header{}
+	for name, v := range fwd {
+		hdr.Set(name, v)
+	}
+	return b.forward(w, rt, p, req, adm, hdr, id, att)
 }
 
 // reserve takes one unit of the run's allowance; a reservation is never
@@ -494,13 +570,24 @@ const (
 )
 
 // refuse journals an inference.refused record, logs one line and answers
-// in the API's shape; the connection is then closed.
+// in the API's shape; the connection is then closed. The refusal past
+// inference.max_refusals ends the run; later ones are only answered.
 func (b *Broker) refuse(w *conn, api, id, provider, endpoint string, fe *frontError) {
 	// Messages from broker/wire already say "moat: refused: "; say it once.
-	msg := strings.ToValidUTF8("moat: refused: "+strings.TrimPrefix(fe.Msg, "moat: refused: "), "\uFFFD") // the journal takes valid UTF-8 only
-	b.log.Info("moat.broker refused", "request_id", id, "reason", fe.Code, "provider", provider, "endpoint", endpoint, "detail", fe.Msg)
-	b.append(audit.InferenceRefused{RequestID: id, Reason: fe.Code, Detail: msg,
-		Provider: provider, Endpoint: endpoint, Attribution: b.attribute(w.c)}) // a no-op once the journal failed
+	// The journal takes valid UTF-8 only, and a bounded detail.
+	msg := wire.BoundTo("moat: refused: "+strings.TrimPrefix(fe.Msg, "moat: refused: "), MaxDetailBytes)
+	switch n := b.refusals.Add(1); {
+	case n <= b.maxRefusals+1:
+		b.log.Info("moat.broker refused", "request_id", id, "reason", fe.Code, "provider", provider, "endpoint", endpoint, "detail", msg)
+		b.append(audit.InferenceRefused{RequestID: id, Reason: fe.Code, Detail: msg,
+			Provider: provider, Endpoint: endpoint, Attribution: b.attribute(w.c)}) // a no-op once the journal failed
+		if n == b.maxRefusals+1 {
+			b.fatal(ReasonRefusalLimit, fmt.Errorf("the broker refused %d requests, more than the policy's inference.max_refusals (%d); the run was ended so that refusals cannot fill the journal: read the refusals in the journal and fix the workload's requests, or raise inference.max_refusals",
+				n, b.maxRefusals))
+		}
+	case n == b.maxRefusals+2:
+		b.log.Warn("moat.broker refused", "request_id", id, "reason", fe.Code, "detail", "refusals past inference.max_refusals are answered but neither journaled nor logged")
+	}
 	writeError(w.bw, api, fe.Status, fe.Code, msg, id)
 }
 

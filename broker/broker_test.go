@@ -268,7 +268,7 @@ func TestErrorShapes(t *testing.T) {
 // a provider without a credential is refused.
 func TestRouting(t *testing.T) {
 	a, b := newFakeProvider(t, false), newFakeProvider(t, false)
-	pol := &policy.Policy{Inference: policy.Inference{MaxRequests: 10, MaxOutputTokens: 100, Providers: []policy.Provider{
+	pol := &policy.Policy{Audit: policy.Audit{MaxBytes: policy.DefaultAuditMaxBytes}, Inference: policy.Inference{MaxRequests: 10, MaxOutputTokens: 100, MaxRefusals: policy.DefaultMaxRefusals, Providers: []policy.Provider{
 		{Name: "a", API: "anthropic-messages", BaseURL: a.srv.URL, Models: []string{"claude-test"}},
 		{Name: "b", API: "anthropic-messages", BaseURL: b.srv.URL + "/prefix/", Models: []string{"claude-b"}},
 		{Name: "c", API: "anthropic-messages", BaseURL: b.srv.URL, CredentialEnv: "C_KEY", Models: []string{"claude-c"}},

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/moat-sandbox/moat/broker/wire"
 )
 
 // Limits of the front. A request that exceeds one is refused and its
@@ -219,10 +221,10 @@ func parseRequestLine(line []byte) (*request, error) {
 		if strings.HasPrefix(version, "HTTP/2") || method == "PRI" {
 			return nil, refuse(ReasonVersion, 505, "HTTP/2 is not supported; use HTTP/1.1 over plain TCP")
 		}
-		return nil, refuse(ReasonVersion, 505, "only HTTP/1.1 is supported, got %q", clip(version))
+		return nil, refuse(ReasonVersion, 505, "only HTTP/1.1 is supported, got %s", quote(version))
 	}
 	if !isToken(method) {
-		return nil, refuse(ReasonBadFraming, 400, "malformed method %q", clip(method))
+		return nil, refuse(ReasonBadFraming, 400, "malformed method %s", quote(method))
 	}
 	if method == "CONNECT" {
 		return nil, refuse(ReasonConnect, 405, "CONNECT is not allowed: there is no tunnel out of the sandbox; send API requests to the broker directly")
@@ -277,16 +279,16 @@ func isPathChar(c byte) bool {
 func parseField(line []byte) (field, error) {
 	i := bytes.IndexByte(line, ':')
 	if i <= 0 {
-		return field{}, refuse(ReasonBadFraming, 400, "malformed header line %q", clip(string(line)))
+		return field{}, refuse(ReasonBadFraming, 400, "malformed header line %s", quote(string(line)))
 	}
 	name := string(line[:i])
 	if !isToken(name) {
-		return field{}, refuse(ReasonBadFraming, 400, "malformed header name %q (no spaces before the colon)", clip(name))
+		return field{}, refuse(ReasonBadFraming, 400, "malformed header name %s (no spaces before the colon)", quote(name))
 	}
 	value := strings.Trim(string(line[i+1:]), " \t")
 	for j := 0; j < len(value); j++ {
 		if value[j] >= 0x80 {
-			return field{}, refuse(ReasonBadFraming, 400, "header %q holds a non-ASCII byte", clip(name))
+			return field{}, refuse(ReasonBadFraming, 400, "header %s holds a non-ASCII byte", quote(name))
 		}
 	}
 	return field{name: strings.ToLower(name), value: value}, nil
@@ -313,7 +315,7 @@ func (r *request) framing() (length int, chunked, expect bool, err error) {
 			case "upgrade":
 				return 0, false, false, refuse(ReasonUpgrade, 400, "protocol upgrades are not allowed; use plain HTTP/1.1")
 			default:
-				return 0, false, false, refuse(ReasonConnection, 400, "Connection option %q is not allowed (only close or keep-alive)", clip(opt))
+				return 0, false, false, refuse(ReasonConnection, 400, "Connection option %s is not allowed (only close or keep-alive)", quote(opt))
 			}
 		}
 	}
@@ -322,7 +324,7 @@ func (r *request) framing() (length int, chunked, expect bool, err error) {
 	}
 	if v, ok := r.get("expect"); ok {
 		if !strings.EqualFold(v, "100-continue") {
-			return 0, false, false, refuse(ReasonExpect, 417, "Expect %q is not supported", clip(v))
+			return 0, false, false, refuse(ReasonExpect, 417, "Expect %s is not supported", quote(v))
 		}
 		expect = true
 	}
@@ -333,13 +335,13 @@ func (r *request) framing() (length int, chunked, expect bool, err error) {
 		return 0, false, false, refuse(ReasonCLWithTE, 400, "Content-Length together with Transfer-Encoding is ambiguous; send one")
 	case hasTE:
 		if !strings.EqualFold(te, "chunked") {
-			return 0, false, false, refuse(ReasonTransferCoding, 501, "transfer coding %q is not supported; only a single chunked is", clip(te))
+			return 0, false, false, refuse(ReasonTransferCoding, 501, "transfer coding %s is not supported; only a single chunked is", quote(te))
 		}
 		return 0, true, expect, nil
 	case hasCL:
 		n, ok := parseLength(cl)
 		if !ok {
-			return 0, false, false, refuse(ReasonContentLength, 400, "malformed Content-Length %q; want one decimal number", clip(cl))
+			return 0, false, false, refuse(ReasonContentLength, 400, "malformed Content-Length %s; want one decimal number", quote(cl))
 		}
 		if n > MaxBodyBytes {
 			return 0, false, false, refuse(ReasonBodyTooLarge, 413, "request body of %d bytes is over the limit of %d", n, MaxBodyBytes)
@@ -389,7 +391,7 @@ func readChunked(br *bufio.Reader, charge func(int64) error) ([]byte, error) {
 		}
 		size, ok := parseChunkSize(line)
 		if !ok {
-			return nil, refuse(ReasonChunked, 400, "malformed chunk size line %q (chunk extensions are not accepted)", clip(string(line)))
+			return nil, refuse(ReasonChunked, 400, "malformed chunk size line %s (chunk extensions are not accepted)", quote(string(line)))
 		}
 		if size == 0 {
 			budget = MaxLineBytes
@@ -470,3 +472,7 @@ func clip(s string) string {
 	}
 	return s
 }
+
+// quote quotes a client-supplied value in a refusal: at most
+// wire.MaxQuotedBytes of it, plus its length and sha256 when it is longer.
+func quote(s string) string { return wire.Quote(s) }

@@ -189,8 +189,8 @@ func payloadOf(t testing.TB, line []byte) map[string]any {
 
 // testPolicy has one provider per API, all served by fp.
 func testPolicy(base string, maxReq int) *policy.Policy {
-	return &policy.Policy{Version: 1, Inference: policy.Inference{
-		MaxRequests: maxReq, MaxOutputTokens: 1024,
+	return &policy.Policy{Version: 1, Audit: policy.Audit{MaxBytes: policy.DefaultAuditMaxBytes}, Inference: policy.Inference{
+		MaxRequests: maxReq, MaxOutputTokens: 1024, MaxRefusals: policy.MaxRefusalsLimit, // tests refuse a lot; TestRefusalLimit sets its own
 		Providers: []policy.Provider{
 			{Name: "anthropic", API: "anthropic-messages", BaseURL: base, CredentialEnv: "ANTHROPIC_API_KEY", Models: []string{"claude-test"}},
 			{Name: "openai", API: "openai-chat", BaseURL: base, CredentialEnv: "OPENAI_API_KEY", Models: []string{"gpt-test"}},

@@ -1,8 +1,6 @@
 package broker
 
 import (
-	"net/http"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -11,26 +9,34 @@ import (
 
 // Header policy, as data.
 //
-// The signed pre-effect record covers the request body (body_sha256), not
-// its headers. So no header whose value the worker chooses freely reaches
-// the provider: that would be a channel outside the evidence. A worker
-// header is forwarded only when it is listed below AND its value passes the
-// listed check; every other worker header is dropped. The broker then sets
-// its own Content-Type, Accept-Encoding, User-Agent, the credential and
+// The signed pre-effect record covers the request body (body_sha256) and
+// every worker header that is forwarded (headers: name → value). No header
+// whose value the worker chooses freely reaches the provider: that would be
+// a channel outside the evidence. A worker header is forwarded only when it
+// is listed below, and then only in its canonical form, which its check
+// computes: a value with another spelling of the same meaning (whitespace,
+// order, case, repetition) is either rewritten to the canonical form or
+// refused, so the bytes the provider gets carry nothing the record does not
+// show. Every other worker header is dropped. The broker then sets its own
+// Content-Type, Accept, Accept-Encoding, User-Agent, the credential and
 // Moat-Pre-Effect.
 
 // Placeholder is the API key the workload holds (WorkloadEnv). The SDKs
 // send it; the broker drops it and adds the real credential.
 const Placeholder = "moat-placeholder"
 
-// forwardedHeaders: worker header → check of its value, per API family.
-var forwardedHeaders = map[string]map[string]func(string) bool{
+// canonicalizer turns a header value into the one form that is forwarded,
+// or refuses it.
+type canonicalizer func(name, value string) (string, *frontError)
+
+// forwardedHeaders: worker header → its canonical form, per API family.
+var forwardedHeaders = map[string]map[string]canonicalizer{
 	wire.APIAnthropicMessages: {
-		// Selects the API version; a date, nothing else.
-		"anthropic-version": regexp.MustCompile(`^[0-9]{4}-[0-9]{2}-[0-9]{2}$`).MatchString,
-		// Betas are checked by betaAllowed (refused, not dropped, when
-		// unknown, so the agent learns why its feature is missing).
-		"anthropic-beta": func(string) bool { return true },
+		// Selects the API version: one of anthropicVersions, exactly.
+		"anthropic-version": canonicalVersion,
+		// Betas from allowedBetas (refused, not dropped, when unknown, so
+		// the agent learns why its feature is missing).
+		"anthropic-beta": canonicalBetas,
 	},
 	// openai-beta (assistants=v2: server-held state), openai-organization
 	// and openai-project (billing selectors that belong to the operator's
@@ -38,6 +44,10 @@ var forwardedHeaders = map[string]map[string]func(string) bool{
 	wire.APIOpenAIChat:      {},
 	wire.APIOpenAIResponses: {},
 }
+
+// anthropicVersions are the anthropic-version values the broker forwards:
+// the versions Anthropic has published. The SDKs send 2023-06-01.
+var anthropicVersions = []string{"2023-06-01", "2023-01-01"}
 
 // allowedBetas are the anthropic-beta values the broker forwards. Each
 // changes only how the model answers, never what the provider does on its
@@ -69,14 +79,15 @@ const (
 )
 
 // checkHeaders applies the header policy to a request bound for api and
-// returns the worker headers to forward.
-func checkHeaders(api string, r *request) (http.Header, *frontError) {
-	out := http.Header{}
+// returns the worker headers to forward, each in its canonical form: the
+// lower-case name and the value sent, which the pre-effect record carries.
+func checkHeaders(api string, r *request) (map[string]string, *frontError) {
+	out := map[string]string{}
 	allowed := forwardedHeaders[api]
 	for _, f := range r.header {
 		switch {
 		case strings.HasPrefix(f.name, "moat-"):
-			return nil, refuse(ReasonMoatHeader, 400, "header %q is reserved for moat and may not be sent by the client", f.name)
+			return nil, refuse(ReasonMoatHeader, 400, "header %s is reserved for moat and may not be sent by the client", quote(f.name))
 		case slices.Contains(credentialHeaders, f.name):
 			v := strings.TrimSpace(strings.TrimPrefix(f.value, "Bearer "))
 			if v != Placeholder {
@@ -85,26 +96,54 @@ func checkHeaders(api string, r *request) (http.Header, *frontError) {
 		case f.name == "content-type":
 			mt := strings.ToLower(strings.TrimSpace(strings.Split(f.value, ";")[0]))
 			if mt != "application/json" {
-				return nil, refuse(ReasonContentType, 415, "Content-Type must be application/json, got %q", clip(f.value))
+				return nil, refuse(ReasonContentType, 415, "Content-Type must be application/json, got %s", quote(f.value))
 			}
-		case f.name == "anthropic-beta" && api == wire.APIAnthropicMessages:
-			for _, b := range strings.Split(f.value, ",") {
-				b = strings.TrimSpace(b)
-				if !slices.Contains(allowedBetas, b) {
-					return nil, refuse(ReasonBetaNotAllowed, 400, "anthropic-beta %q is not allowed (allowed: %s); betas that enable server-side tools, files or context management are refused", clip(b), strings.Join(allowedBetas, ", "))
-				}
-			}
-			out.Set(f.name, f.value)
 		default:
-			if check, ok := allowed[f.name]; ok {
-				if !check(f.value) {
-					return nil, refuse(ReasonBadHeaderValue, 400, "header %q has a malformed value %q", f.name, clip(f.value))
+			if canon, ok := allowed[f.name]; ok {
+				v, fe := canon(f.name, f.value)
+				if fe != nil {
+					return nil, fe
 				}
-				out.Set(f.name, f.value)
+				out[f.name] = v
 			}
 		}
 	}
 	return out, nil
+}
+
+// canonicalVersion accepts exactly one of anthropicVersions.
+func canonicalVersion(name, v string) (string, *frontError) {
+	if !slices.Contains(anthropicVersions, v) {
+		return "", refuse(ReasonBadHeaderValue, 400, "header %s: version %s is not one moat forwards (allowed: %s)", name, quote(v), strings.Join(anthropicVersions, ", "))
+	}
+	return v, nil
+}
+
+// canonicalBetas accepts a comma-separated list of allowed betas, with
+// optional spaces or tabs around each comma as RFC 9110 lists allow, each
+// beta at most once, and forwards them joined by "," alone, in the order
+// of allowedBetas: neither spacing nor order reaches the provider.
+func canonicalBetas(name, v string) (string, *frontError) {
+	var got []string
+	for _, b := range strings.Split(v, ",") {
+		b = strings.Trim(b, " \t")
+		switch {
+		case b == "":
+			return "", refuse(ReasonBadHeaderValue, 400, "header %s holds an empty list element; send the betas separated by single commas", name)
+		case !slices.Contains(allowedBetas, b):
+			return "", refuse(ReasonBetaNotAllowed, 400, "anthropic-beta %s is not allowed (allowed: %s); betas that enable server-side tools, files or context management are refused", quote(b), strings.Join(allowedBetas, ", "))
+		case slices.Contains(got, b):
+			return "", refuse(ReasonBadHeaderValue, 400, "header %s names beta %s twice; send it once", name, quote(b))
+		}
+		got = append(got, b)
+	}
+	var canon []string
+	for _, b := range allowedBetas {
+		if slices.Contains(got, b) {
+			canon = append(canon, b)
+		}
+	}
+	return strings.Join(canon, ","), nil
 }
 
 // Response headers passed back to the worker (after the reflection scan).

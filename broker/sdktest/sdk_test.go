@@ -145,7 +145,7 @@ func newHarness(t *testing.T) *harness {
 	fp := &provider{t: t, w: w}
 	fp.srv = httptest.NewServer(http.HandlerFunc(fp.serve))
 	t.Cleanup(fp.srv.Close)
-	pol := &policy.Policy{Version: 1, Inference: policy.Inference{MaxRequests: 20, MaxOutputTokens: 1024, Providers: []policy.Provider{
+	pol := &policy.Policy{Version: 1, Audit: policy.Audit{MaxBytes: policy.DefaultAuditMaxBytes}, Inference: policy.Inference{MaxRequests: 20, MaxOutputTokens: 1024, MaxRefusals: policy.DefaultMaxRefusals, Providers: []policy.Provider{
 		{Name: "anthropic", API: "anthropic-messages", BaseURL: fp.srv.URL, CredentialEnv: "ANTHROPIC_API_KEY", Models: []string{"claude-test"}},
 		{Name: "openai", API: "openai-chat", BaseURL: fp.srv.URL, CredentialEnv: "OPENAI_API_KEY", Models: []string{"gpt-test"}},
 		{Name: "openai-r", API: "openai-responses", BaseURL: fp.srv.URL, CredentialEnv: "OPENAI_API_KEY", Models: []string{"gpt-test"}},

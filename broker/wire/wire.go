@@ -286,11 +286,14 @@ func Quote(s string) string {
 // error, say) in the same way as Quote, without quoting it: a text of at
 // most MaxQuotedBytes is returned as valid UTF-8, a longer one as a prefix,
 // "…", and its length and sha256.
-func Bound(s string) string {
-	if len(s) <= MaxQuotedBytes {
+func Bound(s string) string { return BoundTo(s, MaxQuotedBytes) }
+
+// BoundTo is Bound with a limit of n bytes instead of MaxQuotedBytes.
+func BoundTo(s string, n int) string {
+	if len(s) <= n {
 		return strings.ToValidUTF8(s, "\uFFFD")
 	}
-	return strings.ToValidUTF8(prefix(s, MaxQuotedBytes), "\uFFFD") + "…" + digest(s)
+	return strings.ToValidUTF8(prefix(s, n), "\uFFFD") + "…" + digest(s)
 }
 
 // prefix is s cut to at most n bytes, not inside a UTF-8 sequence.
