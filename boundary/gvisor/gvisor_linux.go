@@ -72,7 +72,26 @@ func (backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.Sandbo
 	}
 	os.Chmod(rootfs, 0o755)
 	os.Chmod(bundle, 0o755)
-	oci, err := buildSpec(pol, rootfs, exe)
+	plan, err := pol.ResolveGrants()
+	if err != nil {
+		return nil, fmt.Errorf("moat: refused: %w", err)
+	}
+	grantsDir := filepath.Join(dir, "grants")
+	if err := os.MkdirAll(grantsDir, 0o700); err != nil {
+		return nil, err
+	}
+	// Trusted symlinks (e.g. /bin -> usr/bin) are recreated in the
+	// read-only rootfs, never mounted through.
+	for _, l := range plan.Links {
+		p := filepath.Join(rootfs, l.Path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.Symlink(l.Target, p); err != nil && !os.IsExist(err) {
+			return nil, err
+		}
+	}
+	oci, err := buildSpec(pol, plan, rootfs, grantsDir, exe)
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +103,7 @@ func (backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.Sandbo
 		return nil, err
 	}
 	s := &sandbox{pol: pol, dir: dir, pending: map[int]*proc{}, stop: make(chan struct{}), exited: make(chan struct{})}
-	if err := s.startInit(exe, initConfig{Runsc: runsc, Root: root, Bundle: bundle, ID: "moat-" + sanitize(spec.RunID)}); err != nil {
+	if err := s.startInit(exe, initConfig{Runsc: runsc, Root: root, Bundle: bundle, ID: "moat-" + sanitize(spec.RunID), Plan: *plan, GrantsDir: grantsDir}); err != nil {
 		s.Terminate()
 		return nil, err
 	}

@@ -82,3 +82,58 @@ func TestRootGVisorRunsConfined(t *testing.T) {
 		t.Errorf("workspace write did not land: %q %v", b, err)
 	}
 }
+
+// TestRootGVisorGrantSymlink: a grant whose last component is a symlink
+// that a workload could have planted (here to a host directory outside
+// the grants) is refused; runsc used to follow it. The control is the
+// same grant as a real directory, read from inside.
+func TestRootGVisorGrantSymlink(t *testing.T) {
+	needRunsc(t)
+	pol, ws := testPolicy(t)
+	secret := filepath.Join(filepath.Dir(ws), "secret")
+	if err := os.Mkdir(secret, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(secret, "key"), []byte("host secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(ws, "data")
+	if err := os.Mkdir(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(data, "f"), []byte("granted"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pol.Filesystem.ReadOnly = append(pol.Filesystem.ReadOnly, data)
+	be, _ := boundary.Lookup("gvisor")
+	sb, err := be.Prepare(context.Background(), boundary.Spec{RunID: "sym-ok", Policy: pol, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("control: prepare: %v", err)
+	}
+	var out bytes.Buffer
+	p, err := sb.Start(context.Background(), boundary.Process{Argv: []string{"/bin/cat", filepath.Join(data, "f")}, Env: []string{}, Stdout: &out, Stderr: &out})
+	if err != nil {
+		sb.Terminate()
+		t.Fatal(err)
+	}
+	code, _ := p.Wait()
+	sb.Terminate()
+	if code != 0 || out.String() != "granted" {
+		t.Fatalf("control: exit %d, %q", code, out.String())
+	}
+	// The workload swaps the directory for a symlink to the host secret.
+	if err := os.Rename(data, data+".old"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, data); err != nil {
+		t.Fatal(err)
+	}
+	sb, err = be.Prepare(context.Background(), boundary.Spec{RunID: "sym-bad", Policy: pol, StateDir: t.TempDir()})
+	if err == nil {
+		sb.Terminate()
+		t.Fatal("prepare with a planted symlink grant succeeded")
+	}
+	if !strings.Contains(err.Error(), "symlink") {
+		t.Errorf("refusal %q does not name the symlink", err)
+	}
+}

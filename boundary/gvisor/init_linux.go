@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/moat-sandbox/moat/internal/grants"
 	"github.com/moat-sandbox/moat/internal/reexec"
 )
 
@@ -45,6 +46,10 @@ type initConfig struct {
 	Root   string `json:"root"`   // runsc --root
 	Bundle string `json:"bundle"` // OCI bundle directory
 	ID     string `json:"id"`     // container id
+	// Plan is the grants as the supervisor resolved them; the init opens,
+	// checks and clones each, and attaches it at GrantsDir/<index>.
+	Plan      grants.Plan `json:"plan"`
+	GrantsDir string      `json:"grants_dir"`
 }
 
 // msg is one control message in either direction (SOCK_SEQPACKET: one
@@ -142,6 +147,9 @@ func initMain([]string) int {
 	}
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fail(fmt.Errorf("mounting /proc: %w", err))
+	}
+	if err := stageGrants(&cfg); err != nil {
+		return fail(err)
 	}
 	if err := loopbackUp(); err != nil {
 		return fail(fmt.Errorf("bringing up lo: %w", err))
@@ -284,4 +292,43 @@ func loopbackUp() error {
 	}
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+// stageGrants opens each planned grant in this mount namespace without
+// following symlinks, checks it on that descriptor (grants.Mount.Open),
+// clones the tree from the descriptor and attaches it at its staging
+// point, a directory only root can reach.
+func stageGrants(cfg *initConfig) error {
+	for i, m := range cfg.Plan.Mounts {
+		pfd, err := m.Open(grants.Checks{WriteOwner: -1})
+		if err != nil {
+			return err
+		}
+		fd, err := unix.OpenTree(pfd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_EMPTY_PATH)
+		unix.Close(pfd)
+		if err != nil {
+			return fmt.Errorf("cloning grant %s: %w", m.Path, err)
+		}
+		attr := uint64(unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV)
+		if !m.Write {
+			attr |= unix.MOUNT_ATTR_RDONLY
+		}
+		to := stagedGrant(cfg.GrantsDir, i)
+		if m.Dir {
+			err = os.Mkdir(to, 0o700)
+		} else {
+			err = os.WriteFile(to, nil, 0o600)
+		}
+		if err == nil {
+			err = unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: attr, Propagation: unix.MS_PRIVATE})
+		}
+		if err == nil {
+			err = unix.MoveMount(fd, "", unix.AT_FDCWD, to, unix.MOVE_MOUNT_F_EMPTY_PATH)
+		}
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("staging grant %s: %w", m.Path, err)
+		}
+	}
+	return nil
 }

@@ -2,10 +2,10 @@ package gvisor
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
-	"sort"
+	"strconv"
 
+	"github.com/moat-sandbox/moat/internal/grants"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -177,8 +177,11 @@ func process(pol *policy.Policy, args, env []string, cwd string) ociProcess {
 	return p
 }
 
+// stagedGrant is where the init attaches the i-th grant's tree.
+func stagedGrant(dir string, i int) string { return filepath.Join(dir, strconv.Itoa(i)) }
+
 // buildSpec writes the bundle's config.json contents.
-func buildSpec(pol *policy.Policy, rootfs, moatExe string) (*ociSpec, error) {
+func buildSpec(pol *policy.Policy, plan *grants.Plan, rootfs, grantsDir, moatExe string) (*ociSpec, error) {
 	s := &ociSpec{
 		OCIVersion: "1.0.2",
 		Process:    process(pol, []string{moatInside, pauseEntry}, nil, "/"),
@@ -205,34 +208,17 @@ func buildSpec(pol *policy.Policy, rootfs, moatExe string) (*ociSpec, error) {
 		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: tmpOpts},
 		{Destination: moatInside, Type: "bind", Source: moatExe, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 	}
-	type grant struct {
-		path string
-		rw   bool
-	}
-	var gs []grant
-	for _, p := range pol.Filesystem.ReadOnly {
-		gs = append(gs, grant{p, false})
-	}
-	for _, p := range pol.Filesystem.ReadWrite {
-		gs = append(gs, grant{p, true})
-	}
-	// Parents before children, so that nested grants stack correctly.
-	sort.SliceStable(gs, func(i, j int) bool { return len(gs[i].path) < len(gs[j].path) })
-	for _, g := range gs {
-		src, err := filepath.EvalSymlinks(g.path)
-		if err != nil {
-			return nil, fmt.Errorf("grant %s: %w", g.path, err)
-		}
-		if _, err := os.Stat(src); err != nil {
-			return nil, fmt.Errorf("grant %s: %w", g.path, err)
-		}
+	// Each grant is bound from the staging point where the init attached
+	// the tree it opened and checked (package grants): runsc never looks
+	// a grant path up on the host.
+	for i, m := range plan.Mounts {
 		opts := []string{"rbind", "nosuid", "nodev"}
-		if g.rw {
+		if m.Write {
 			opts = append(opts, "rw")
 		} else {
 			opts = append(opts, "ro")
 		}
-		s.Mounts = append(s.Mounts, ociMount{Destination: g.path, Type: "bind", Source: src, Options: opts})
+		s.Mounts = append(s.Mounts, ociMount{Destination: m.Real, Type: "bind", Source: stagedGrant(grantsDir, i), Options: opts})
 	}
 	return s, nil
 }
