@@ -132,6 +132,23 @@ func doOp(spec string) string {
 		return strings.TrimSpace(spec + " ok " + detail)
 	}
 	switch op {
+	case "plant":
+		// plant:DIR=TARGET renames DIR to DIR.old and puts a symlink to
+		// TARGET in its place (the attack on a nested grant's parent).
+		dir, target, _ := strings.Cut(arg, "=")
+		if err := os.Rename(dir, dir+".old"); err != nil {
+			return res("", err)
+		}
+		return res("", os.Symlink(target, dir))
+	case "inotify-count":
+		// How many inotify instances this process can hold at once.
+		n := 0
+		for ; n < 1000; n++ {
+			if _, err := unix.InotifyInit1(unix.IN_CLOEXEC); err != nil {
+				return res(strconv.Itoa(n), nil)
+			}
+		}
+		return res(strconv.Itoa(n), nil)
 	case "read":
 		b, err := os.ReadFile(arg)
 		return res(strings.TrimSpace(string(b)), err)

@@ -94,6 +94,10 @@ func runInit(args []string) int {
 	if err != nil {
 		return fail(fmt.Errorf("init: building the sandbox root: %w", err))
 	}
+	// After the root is built: open_tree clones count as mount namespaces.
+	if err := capCounters(); err != nil {
+		return fail(fmt.Errorf("init: %w", err))
+	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return fail(fmt.Errorf("init: sethostname: %w", err))
 	}
@@ -343,4 +347,47 @@ func exitCode(ws unix.WaitStatus) int {
 		return 128 + int(ws.Signal())
 	}
 	return 125
+}
+
+// userCaps are the kernel object counters capped in the sandbox's user
+// namespace before anything of the workload runs. The kernel charges
+// these objects to the namespace's owner up the chain of user namespaces
+// (host uid 0 for a root-launched sandbox, the caller rootless), so
+// without a cap one sandbox could take the whole per-uid budget (the
+// attack used up host root's 128 inotify instances). A cap set here holds
+// for every process of the sandbox together, since each stage's user
+// namespace is a child of this one. The values are a small share of the
+// kernel defaults (inotify: 128 instances, 8192+ watches per uid).
+var userCaps = []struct {
+	name string
+	max  int
+}{
+	{"max_inotify_instances", 16}, // 1/8 of the default per-uid budget
+	{"max_inotify_watches", 8192}, // enough for an editor or a build watcher
+	{"max_fanotify_groups", 0},    // fanotify_init is refused by the filter too
+	{"max_fanotify_marks", 0},     // idem
+	{"max_user_namespaces", 1024}, // one per running stage; the workload gets none (each stage caps its own at 0)
+	{"max_mnt_namespaces", 0},     // the workload never needs a namespace
+	{"max_ipc_namespaces", 0},     //
+	{"max_net_namespaces", 0},     //
+	{"max_pid_namespaces", 0},     //
+	{"max_uts_namespaces", 0},     //
+	{"max_cgroup_namespaces", 0},  //
+	{"max_time_namespaces", 0},    //
+}
+
+// capCounters writes userCaps in this user namespace's /proc/sys/user.
+// A counter this kernel does not have is skipped (older kernels lack the
+// fanotify ones); any other failure refuses the sandbox.
+func capCounters() error {
+	for _, c := range userCaps {
+		err := os.WriteFile("/proc/sys/user/"+c.name, []byte(strconv.Itoa(c.max)+"\n"), 0)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("capping user.%s at %d: %w", c.name, c.max, err)
+		}
+	}
+	return nil
 }

@@ -506,3 +506,67 @@ func TestWallsWithoutSeccomp(t *testing.T) {
 		t.Errorf("status without the filter: got %q, want no capabilities and no_new_privs", res["status"])
 	}
 }
+
+// TestKernelCountersCapped: a sandbox holds at most 16 inotify instances
+// at once (its user namespace's cap), so it cannot use up its owner's
+// per-uid budget (128 by default; the attack exhausted host root's). The
+// control: it can hold some, and the host, meanwhile, still can.
+func TestKernelCountersCapped(t *testing.T) {
+	f := newFixture(t)
+	sb := f.prepare(t)
+	res := f.ops(t, sb, "inotify-count")
+	got, err := strconv.Atoi(strings.TrimPrefix(res["inotify-count"], "ok "))
+	if err != nil || got < 1 || got > 16 {
+		t.Fatalf("inotify instances held inside: %q, want 1..16", res["inotify-count"])
+	}
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatalf("host inotify after the sandbox took its share: %v", err)
+	}
+	unix.Close(fd)
+}
+
+// TestPlantedNestedGrantAcrossRuns is issue 11's first attack end to end:
+// with read_write [ws] and read_only [ws/sysroot/etc], run 1's workload
+// renames ws/sysroot and plants a symlink to a host directory outside the
+// grants; run 2 must refuse, naming the link, instead of mounting the host
+// directory. Run 1 itself is the control: the nested grant reads fine.
+func TestPlantedNestedGrantAcrossRuns(t *testing.T) {
+	f := newFixture(t)
+	etc := filepath.Join(f.ws, "sysroot", "etc")
+	if err := os.MkdirAll(etc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(etc, "conf"), []byte("granted"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		for _, p := range []string{filepath.Join(f.ws, "sysroot"), etc, filepath.Join(etc, "conf")} {
+			os.Chown(p, nobodyID, nobodyID)
+		}
+	}
+	secret := filepath.Join(f.outer, "etc")
+	if err := os.MkdirAll(secret, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(secret, "conf"), []byte("host secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.pol.Filesystem.ReadOnly = append(f.pol.Filesystem.ReadOnly, etc)
+	sb := f.prepare(t)
+	res := f.ops(t, sb, "read:"+filepath.Join(etc, "conf"), "plant:"+filepath.Join(f.ws, "sysroot")+"="+f.outer)
+	wantPrefix(t, res, "read:"+filepath.Join(etc, "conf"), "ok granted")
+	wantPrefix(t, res, "plant:"+filepath.Join(f.ws, "sysroot")+"="+f.outer, "ok")
+	sb.Terminate()
+
+	be, _ := boundary.Lookup(Name)
+	sb2, err := be.Prepare(context.Background(), boundary.Spec{RunID: "run2", Policy: f.pol, StateDir: t.TempDir()})
+	if err == nil {
+		defer sb2.Terminate()
+		res := f.ops(t, sb2, "read:"+filepath.Join(etc, "conf"))
+		t.Fatalf("run 2 started with a planted symlink; the workload reads %q", res["read:"+filepath.Join(etc, "conf")])
+	}
+	if !strings.Contains(err.Error(), "symlink") || !strings.Contains(err.Error(), filepath.Join(f.ws, "sysroot")) {
+		t.Errorf("refusal %q does not name the planted symlink", err)
+	}
+}

@@ -127,8 +127,8 @@ func tableCases(opts Options) []vmCase {
 		{"fchmodat2 04755", call(unix.SYS_FCHMODAT2, uint64(0xffffff9c), 0x1000, 0o4755, 0), retEPERM},
 		{"fchmodat2 06755 nofollow", call(unix.SYS_FCHMODAT2, 3, 0x1000, 0o6755, unix.AT_SYMLINK_NOFOLLOW), retEPERM},
 		{"mkdirat 0755", call(unix.SYS_MKDIRAT, 3, 0x1000, 0o755), retAllow},
-		{"mkdirat 02775", call(unix.SYS_MKDIRAT, 3, 0x1000, 0o2775), retEPERM},
-		{"mkdirat 04755", call(unix.SYS_MKDIRAT, 3, 0x1000, 0o4755), retEPERM},
+		{"mkdirat 02775 (the kernel drops the bit)", call(unix.SYS_MKDIRAT, 3, 0x1000, 0o2775), retAllow},
+		{"mkdirat 04755 (the kernel drops the bit)", call(unix.SYS_MKDIRAT, 3, 0x1000, 0o4755), retAllow},
 		{"mknodat S_IFREG", call(unix.SYS_MKNODAT, 3, 0x1000, unix.S_IFREG|0o644, 0), retAllow},
 		{"mknodat type 0", call(unix.SYS_MKNODAT, 3, 0x1000, 0o600, 0), retAllow},
 		{"mknodat S_IFIFO", call(unix.SYS_MKNODAT, 3, 0x1000, unix.S_IFIFO|0o644, 0), retEPERM},
@@ -326,7 +326,7 @@ func TestActionZeroValueIsStrictest(t *testing.T) {
 func interestingNrs() []uint32 {
 	nrs := []uint32{unix.SYS_CLONE, unix.SYS_CLONE3, unix.SYS_SOCKET, unix.SYS_SOCKETPAIR, unix.SYS_IOCTL,
 		unix.SYS_PERSONALITY, unix.SYS_READ, unix.SYS_WRITE, unix.SYS_CONNECT,
-		unix.SYS_OPENAT2, unix.SYS_RENAMEAT2, unix.SYS_EXECVEAT, unix.SYS_MEMFD_CREATE}
+		unix.SYS_OPENAT2, unix.SYS_RENAMEAT2, unix.SYS_EXECVEAT, unix.SYS_MEMFD_CREATE, unix.SYS_MKDIRAT}
 	for nr := range modeArg {
 		nrs = append(nrs, nr)
 	}

@@ -58,6 +58,7 @@ type childCase struct {
 	userns  bool // run the child as root of a new user namespace with its own mount and network namespaces
 	setsid  bool
 	sibling bool // the parent starts a sleeping sibling process at the same uid
+	root    bool // needs real root: run by TestRootKernelFilter only
 	need    func() (bool, string)
 	setup   func(*childState) error // before the first probe
 	probes  []probe
@@ -176,36 +177,68 @@ func TestKernelFilter(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range childCases {
+		if c.root {
+			continue
+		}
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			if c.need != nil {
-				ok, why := c.need()
-				testenv.Need(t, ok, why)
-			}
-			rep := runChild(t, exe, c)
-			if rep.Fatal != "" {
-				t.Fatalf("child: %s", rep.Fatal)
-			}
-			for _, p := range c.probes {
-				pre, post := rep.Pre[p.name], rep.Post[p.name]
-				switch p.pre {
-				case notRun:
-				case anyRes:
-					t.Logf("%s before the filter: %s (host-dependent)", p.name, pre)
-				default:
-					if pre != p.pre {
-						t.Errorf("%s before the filter: got %s, want %s (without it, a denial after the filter does not show that seccomp stopped it)", p.name, pre, p.pre)
-					}
-				}
-				want := p.post
-				if want == samePre {
-					want = pre
-				}
-				if want != notRun && post != want {
-					t.Errorf("%s with the filter: got %s, want %s", p.name, post, want)
-				}
-			}
+			checkChild(t, exe, c)
 		})
+	}
+}
+
+// TestRootKernelFilter runs the cases that only real root can check: what
+// the kernel refuses an unprivileged process anyway (device nodes) is
+// refused by the filter even where the kernel would allow it.
+func TestRootKernelFilter(t *testing.T) {
+	testenv.NeedRoot(t)
+	ok, why := seccompAvailable()
+	testenv.Need(t, ok, why)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range childCases {
+		if !c.root {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			checkChild(t, exe, c)
+		})
+	}
+}
+
+// checkChild runs case c in a child and compares its report with the
+// probes' expectations.
+func checkChild(t *testing.T, exe string, c childCase) {
+	t.Helper()
+	if c.need != nil {
+		ok, why := c.need()
+		testenv.Need(t, ok, why)
+	}
+	rep := runChild(t, exe, c)
+	if rep.Fatal != "" {
+		t.Fatalf("child: %s", rep.Fatal)
+	}
+	for _, p := range c.probes {
+		pre, post := rep.Pre[p.name], rep.Post[p.name]
+		switch p.pre {
+		case notRun:
+		case anyRes:
+			t.Logf("%s before the filter: %s (host-dependent)", p.name, pre)
+		default:
+			if pre != p.pre {
+				t.Errorf("%s before the filter: got %s, want %s (without it, a denial after the filter does not show that seccomp stopped it)", p.name, pre, p.pre)
+			}
+		}
+		want := p.post
+		if want == samePre {
+			want = pre
+		}
+		if want != notRun && post != want {
+			t.Errorf("%s with the filter: got %s, want %s", p.name, post, want)
+		}
 	}
 }
 

@@ -90,13 +90,14 @@ var deniedEPERM = map[string]uint32{
 }
 
 // modeArg maps the syscalls whose mode argument may never carry S_ISUID
-// or S_ISGID (issue 11) to that argument's index; mknodArg those whose
+// or S_ISGID (issue 11) to that argument's index (mkdir is not one: the
+// kernel drops those bits from its mode); mknodArg those whose
 // mode also carries a file type, of which only regular files may be made.
 // The arch test files add the syscalls only their architecture has.
 var (
 	modeArg = map[uint32]int{
 		unix.SYS_OPENAT: 3, unix.SYS_FCHMOD: 1, unix.SYS_FCHMODAT: 2, unix.SYS_FCHMODAT2: 2,
-		unix.SYS_MKDIRAT: 2, unix.SYS_MKNODAT: 2,
+		unix.SYS_MKNODAT: 2,
 	}
 	mknodArg = map[uint32]int{unix.SYS_MKNODAT: 2}
 )

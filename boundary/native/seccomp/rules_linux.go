@@ -97,14 +97,14 @@ type modeKind uint8
 
 const (
 	modeChmod modeKind = iota // chmod: set-id bits refused
-	modeMkdir                 // mkdir: set-id bits refused
+	modeMkdir                 // mkdir: allowed, the kernel drops set-id bits itself
 	modeOpen                  // open, creat: set-id bits refused, whatever the flags
 	modeMknod                 // mknod: set-id bits and every type but regular refused
 )
 
 const (
 	chmodAllowed = "changing permission bits of the workload's own files"
-	mkdirAllowed = "creating directories; a set-gid parent still passes its group (and bit) down, which the host set, not the workload"
+	mkdirWhy     = "the kernel drops S_ISUID and S_ISGID from mkdir's mode itself (vfs_mkdir keeps 0777 and S_ISVTX; a kernel test shows it), so there is nothing to refuse; a directory is set-gid only below a set-gid parent the host made"
 )
 
 // setidRule refuses a mode with S_ISUID or S_ISGID in argument arg.
@@ -151,7 +151,7 @@ func (m modeCall) rule() sysRule {
 	case modeMknod:
 		return mknodRule(m.name, m.nr, m.modeArg)
 	case modeMkdir:
-		return setidRule(m.name, m.nr, m.modeArg, mkdirAllowed)
+		return sysRule{name: m.name, nr: m.nr, def: allow, why: mkdirWhy}
 	}
 	return setidRule(m.name, m.nr, m.modeArg, chmodAllowed)
 }
@@ -252,7 +252,7 @@ func syscallRules(opts Options) []sysRule {
 		setidRule("fchmod", unix.SYS_FCHMOD, 1, chmodAllowed),
 		setidRule("fchmodat", unix.SYS_FCHMODAT, 2, chmodAllowed),
 		setidRule("fchmodat2", unix.SYS_FCHMODAT2, 2, chmodAllowed+" (glibc 2.39+ uses it for AT_SYMLINK_NOFOLLOW)"),
-		setidRule("mkdirat", unix.SYS_MKDIRAT, 2, mkdirAllowed),
+		modeCall{name: "mkdirat", nr: unix.SYS_MKDIRAT, modeArg: 2, kind: modeMkdir}.rule(),
 		mknodRule("mknodat", unix.SYS_MKNODAT, 2),
 		{
 			name: "renameat2", nr: unix.SYS_RENAMEAT2,
