@@ -154,6 +154,9 @@ func buildRoot(cfg *initConfig) (ruleFDs []int, err error) {
 	if err := attachAt(proc, stage("proc")); err != nil {
 		return nil, fmt.Errorf("/proc: %w", err)
 	}
+	if err := maskProc(stage("proc")); err != nil {
+		return nil, fmt.Errorf("masking /proc: %w", err)
+	}
 
 	// The skeleton is read-only: nothing can be created at the top.
 	if err := unix.MountSetattr(unix.AT_FDCWD, stagingPoint, 0, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}); err != nil {
@@ -316,4 +319,59 @@ func attachAt(fd int, p string) error {
 // isUnder reports whether p is dir or below it.
 func isUnder(p, dir string) bool {
 	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
+}
+
+// procMasked are the host-wide /proc entries that leak what the host does
+// (its command line and boot id, its load, memory, disks and interrupts),
+// and pid 1's identity, which is moat's init. Each is covered with an
+// empty read-only file (or directory); README lists what stays visible.
+var procMasked = []string{
+	"cmdline", "sys/kernel/random/boot_id", "pressure", "interrupts", "diskstats",
+	"meminfo", "loadavg", "stat", "vmstat", "zoneinfo", "1/cmdline", "1/status",
+}
+
+// maskProc covers procMasked under dir (the sandbox's fresh procfs, not
+// yet visible to anything but the init).
+func maskProc(dir string) error {
+	empty, err := newTmpfs(4096, "0555", unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(empty)
+	f, err := unix.Openat(empty, "empty", unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o444)
+	if err != nil {
+		return fmt.Errorf("empty file: %w", err)
+	}
+	unix.Close(f)
+	if err := setAttr(empty, unix.MOUNT_ATTR_RDONLY, false); err != nil {
+		return err
+	}
+	for _, name := range procMasked {
+		var st unix.Stat_t
+		target := filepath.Join(dir, name)
+		if err := unix.Lstat(target, &st); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue // not on this kernel
+			}
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		src := "empty"
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			src = ""
+		}
+		flags := uint(unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC)
+		if src == "" {
+			flags |= unix.AT_EMPTY_PATH
+		}
+		clone, err := unix.OpenTree(empty, src, flags)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		err = unix.MoveMount(clone, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH)
+		unix.Close(clone)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nil
 }

@@ -570,3 +570,36 @@ func TestPlantedNestedGrantAcrossRuns(t *testing.T) {
 		t.Errorf("refusal %q does not name the planted symlink", err)
 	}
 }
+
+// TestProcMasked: the host-wide /proc entries read empty inside (the
+// host's command line, boot id, load and memory, pid 1's identity); the
+// control: the workload's own /proc/self/status has content.
+func TestProcMasked(t *testing.T) {
+	f := newFixture(t)
+	sb := f.prepare(t)
+	var specs []string
+	for _, p := range procMasked {
+		if p != "pressure" {
+			specs = append(specs, "read:/proc/"+p)
+		}
+	}
+	specs = append(specs, "ls:/proc/pressure", "read:/proc/self/status")
+	res := f.ops(t, sb, specs...)
+	for _, s := range specs[:len(specs)-2] {
+		if got := res[s]; got != "ok" && !strings.HasSuffix(got, "ENOENT") {
+			t.Errorf("%s: got %q, want empty", s, got)
+		}
+	}
+	if got := res["ls:/proc/pressure"]; got != "ok empty" && !strings.HasSuffix(got, "ENOENT") {
+		t.Errorf("ls /proc/pressure: got %q, want empty", got)
+	}
+	if got := res["read:/proc/self/status"]; !strings.Contains(got, "Name:") {
+		t.Errorf("control: /proc/self/status: got %q", got)
+	}
+	// Without the mask these would not read empty: the host's do not.
+	for _, p := range []string{"/proc/meminfo", "/proc/cmdline", "/proc/loadavg"} {
+		if b, err := os.ReadFile(p); err != nil || len(b) == 0 {
+			t.Errorf("control: the host's %s reads %d bytes, %v", p, len(b), err)
+		}
+	}
+}

@@ -122,7 +122,14 @@ func landlockExecMain() int {
 		return 1
 	}
 	argv := []string{"moat-exec"}
-	env := append(os.Environ(), envCase+"="+caseExecOK)
+	// execve does not drop duplicates the way os/exec does, and the first
+	// of two wins in Go's getenv: replace envCase rather than add one.
+	env := []string{envCase + "=" + caseExecOK}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, envCase+"=") {
+			env = append(env, kv)
+		}
+	}
 	switch m := os.Getenv(envExecMethod); m {
 	case "file":
 		err = unix.Exec(copyPath, argv, env)
