@@ -137,3 +137,47 @@ func TestRootGVisorGrantSymlink(t *testing.T) {
 		t.Errorf("refusal %q does not name the symlink", err)
 	}
 }
+
+// TestRootGVisorNoSetID: the workload cannot give a file in its workspace
+// a set-id bit through chmod or a creating open, and the host sees none;
+// the controls: plain modes through the same calls work. This runsc
+// refuses these with EPERM even without moat's seccomp rules (checked by
+// removing them, 2026-11-30): the test shows the property, and the rules
+// are a second wall that does not depend on the sentry's choice.
+func TestRootGVisorNoSetID(t *testing.T) {
+	needRunsc(t)
+	pol, ws := testPolicy(t)
+	be, _ := boundary.Lookup("gvisor")
+	sb, err := be.Prepare(context.Background(), boundary.Spec{RunID: "setid", Policy: pol, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Terminate()
+	script := "cd " + ws + " && cp /bin/true f && " +
+		"(chmod 755 f && echo chmod-plain-ok); (chmod 4755 f && echo chmod-suid-ok); (chmod 2755 f && echo chmod-sgid-ok); " +
+		"(python3 -c 'import os; os.close(os.open(\"g\", os.O_CREAT|os.O_WRONLY, 0o4755))' && echo open-suid-ok); " +
+		"(python3 -c 'import os; os.close(os.open(\"h\", os.O_CREAT|os.O_WRONLY, 0o755))' && echo open-plain-ok); true"
+	var out bytes.Buffer
+	p, err := sb.Start(context.Background(), boundary.Process{Argv: []string{"/bin/sh", "-c", script}, Env: []string{"PATH=/usr/bin:/bin"}, Stdout: &out, Stderr: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Wait()
+	got := out.String()
+	t.Logf("%s", got)
+	for _, want := range []string{"chmod-plain-ok", "open-plain-ok"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("control %s missing: %q", want, got)
+		}
+	}
+	for _, bad := range []string{"chmod-suid-ok", "chmod-sgid-ok", "open-suid-ok"} {
+		if strings.Contains(got, bad) {
+			t.Errorf("%s: the workload set a set-id bit: %q", bad, got)
+		}
+	}
+	for _, f := range []string{"f", "g", "h"} {
+		if st, err := os.Stat(filepath.Join(ws, f)); err == nil && st.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+			t.Errorf("host sees %s with mode %v", f, st.Mode())
+		}
+	}
+}

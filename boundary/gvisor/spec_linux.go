@@ -3,6 +3,7 @@ package gvisor
 import (
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"strconv"
 
 	"github.com/moat-sandbox/moat/internal/grants"
@@ -140,6 +141,16 @@ func seccompRules() []ociSeccompRule {
 		rules = append(rules, ociSeccompRule{Names: []string{"clone"}, Action: "SCMP_ACT_ERRNO", ErrnoRet: &eperm,
 			Args: []ociSeccompArg{{Index: 0, Value: f, ValueTwo: f, Op: "SCMP_CMP_MASKED_EQ"}}})
 	}
+	// No set-id bit in any mode the workload sets: the file would keep it
+	// on the host (gVisor's gofer creates and chmods host files), where a
+	// host user could run it as the workspace's owner. One rule per bit
+	// and syscall (rules on one syscall are alternatives).
+	for _, sc := range modeSyscalls() {
+		for _, bit := range []uint64{0o4000, 0o2000} {
+			rules = append(rules, ociSeccompRule{Names: []string{sc.name}, Action: "SCMP_ACT_ERRNO", ErrnoRet: &eperm,
+				Args: []ociSeccompArg{{Index: sc.arg, Value: bit, ValueTwo: bit, Op: "SCMP_CMP_MASKED_EQ"}}})
+		}
+	}
 	for _, fam := range []uint64{
 		15, // AF_KEY
 		17, // AF_PACKET
@@ -153,6 +164,22 @@ func seccompRules() []ociSeccompRule {
 	rules = append(rules, ociSeccompRule{Names: []string{"socket"}, Action: "SCMP_ACT_ERRNO", ErrnoRet: &eperm,
 		Args: []ociSeccompArg{{Index: 2, Value: 262 /* IPPROTO_MPTCP */, Op: "SCMP_CMP_EQ"}}})
 	return rules
+}
+
+type modeArg struct {
+	name string
+	arg  uint
+}
+
+// modeSyscalls are the syscalls that take a file mode, with its argument
+// index. fchmodat2 and openat2 are left out: this runsc's sentry does not
+// implement them (ENOSYS) and would not know their names.
+func modeSyscalls() []modeArg {
+	out := []modeArg{{"fchmod", 1}, {"fchmodat", 2}, {"openat", 3}, {"mkdirat", 2}, {"mknodat", 2}}
+	if runtime.GOARCH == "amd64" {
+		out = append(out, modeArg{"chmod", 1}, modeArg{"open", 2}, modeArg{"creat", 1}, modeArg{"mkdir", 1}, modeArg{"mknod", 1})
+	}
+	return out
 }
 
 func process(pol *policy.Policy, args, env []string, cwd string) ociProcess {
