@@ -30,5 +30,5 @@ func ExamplePolicy() {
 	// mknodat: EPERM when mode (arg 2) has S_ISUID or S_ISGID (a set-id file written into a read_write grant is set-id on the host: with an idmapped root-owned grant a workload made a setuid-root shell that a host user ran as root; nothing a workload builds needs set-id bits)
 	// mknodat: allow when the file type in mode (arg 2) is S_IFREG or 0 (which means regular) (creating an empty regular file is what open(O_CREAT) does anyway)
 	// mknodat: EPERM when the file type is S_IFIFO, S_IFSOCK, S_IFCHR, S_IFBLK or anything else (FIFOs, sockets and device nodes in a grant are channels to the host or to another sandbox sharing the directory (a FIFO needs no Unix-socket rules to pass data), and the workload never needs a device node)
-	// openat2: ENOSYS (its mode sits in a struct behind a pointer, so seccomp cannot refuse set-id bits there; callers (systemd, runc, libpathrs) fall back to openat on ENOSYS, and glibc and Go do not use it)
+	// openat2: ENOSYS (its mode sits in a struct behind a pointer, so seccomp cannot refuse set-id bits there; callers (systemd, runc, libpathrs) fall back to openat on ENOSYS, and neither glibc nor Go's standard library calls it on its own)
 }

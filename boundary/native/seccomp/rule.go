@@ -10,11 +10,13 @@ import (
 // Options select the variable parts of the filter. The zero value is the
 // strictest filter.
 type Options struct {
-	// AllowUnixSockets permits socket(AF_UNIX, …). Set it only from
-	// Landlock ABI 9 on, where Landlock's Unix-socket rules stop a
-	// connection to a pathname socket that a host process placed inside a
-	// writable grant. Below that, socket(AF_UNIX, …) is EPERM;
-	// socketpair(AF_UNIX, …) stays allowed either way.
+	// AllowUnixSockets permits socket(AF_UNIX, …) and socketpair(AF_UNIX,
+	// …) of every type. Set it only from Landlock ABI 9 on, where
+	// Landlock's Unix-socket rules stop a connection to a pathname socket
+	// that a host process placed inside a writable grant. Below that,
+	// socket(AF_UNIX, …) is EPERM and socketpair(AF_UNIX, …) is allowed
+	// only for SOCK_STREAM and SOCK_SEQPACKET, whose connected pairs
+	// cannot reach a pathname socket.
 	AllowUnixSockets bool
 }
 

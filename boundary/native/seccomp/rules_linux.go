@@ -287,7 +287,7 @@ func syscallRules(opts Options) []sysRule {
 		sysRule{
 			name: "openat2", nr: unix.SYS_OPENAT2,
 			def: outcome{action: ActionErrno, errno: unix.ENOSYS},
-			why: "its mode sits in a struct behind a pointer, so seccomp cannot refuse set-id bits there; callers (systemd, runc, libpathrs) fall back to openat on ENOSYS, and glibc and Go do not use it",
+			why: "its mode sits in a struct behind a pointer, so seccomp cannot refuse set-id bits there; callers (systemd, runc, libpathrs) fall back to openat on ENOSYS, and neither glibc nor Go's standard library calls it on its own",
 		},
 		sysRule{
 			name: "execveat", nr: unix.SYS_EXECVEAT, def: allow,
