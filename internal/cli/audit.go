@@ -3,10 +3,14 @@ package cli
 import (
 	"bytes"
 	"crypto/ed25519"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -34,40 +38,72 @@ show it.`,
 	return cmd
 }
 
+// exitUnpinned is the exit code of a verifier run with --require-pin that
+// found the journal or bundle valid but was given no pin to check it
+// against.
+const exitUnpinned = 3
+
+// unpinnedWarning is printed on stderr by every verifier that found its
+// input valid without a pin: it is intact, but anyone could have made it.
+const unpinnedWarning = "UNPINNED: authenticity not established"
+
 func newAuditVerifyCmd() *cobra.Command {
-	var pubPath, output string
+	var pubPath, output, fingerprint string
+	var requirePin bool
 	cmd := &cobra.Command{
-		Use:   "verify JOURNAL --pubkey FILE [-o json]",
-		Short: "Check a journal's signatures and chain: exit 0 complete, 2 incomplete, 1 invalid",
+		Use:   "verify JOURNAL|RUNDIR [--key-fingerprint HEX] [--pubkey FILE] [--require-pin] [-o json]",
+		Short: "Check a journal's signatures and chain: exit 0 complete, 2 incomplete, 1 invalid, 3 unpinned",
 		Long: `Check every line of a journal against the run's public key, on the exact
 bytes of the file: the DSSE envelope form, the Ed25519 signature, the
 canonical payload, the record's fields, the sequence numbers and the hash
-chain (each prev is the sha256 of the line before).
+chain (each prev is the sha256 of the line before). JOURNAL may be the run
+directory; the key is --pubkey, by default pubkey.pem beside the journal.
+
+A journal is only as authentic as its key: anyone can write a journal of
+their own, sign it with a fresh key and replace pubkey.pem. Pin the key
+with --key-fingerprint HEX, the 64 hex digits that moat run printed when
+it started ("key …"; the sha256 of the raw Ed25519 key, the journal's
+keyid). Without a pin, verify still reports the journal's own state but
+prints "` + unpinnedWarning + `" on stderr and "pinned": false
+with -o json.
 
 Exit codes:
   0  complete: every line is valid and the terminal run.terminated is last
   2  incomplete: a valid prefix without a terminal record, possibly ending
-     in a torn line that a crash left (the run was killed or still runs)
+     in a torn line that a crash left (the run was killed or still runs);
+     also a run directory whose journal was never created
   1  invalid: the first bad line is named with the reason (bad signature,
      broken link, wrong key, sequence gap, duplicate, non-canonical payload,
-     unknown record type, data after the terminal record, …); also when the
-     journal or the key cannot be read`,
-		Example: `  moat audit verify .moat/runs/<run>/journal.jsonl --pubkey .moat/runs/<run>/pubkey.pem
+     unknown record type, data after the terminal record, …); a key whose
+     fingerprint is not the pinned one; or the journal or the key cannot
+     be read
+  3  unpinned: with --require-pin, a journal that would exit 0 or 2 but
+     was checked without --key-fingerprint`,
+		Example: `  moat audit verify .moat/runs/<run> --key-fingerprint 9f2c…(64 hex digits)
+  moat audit verify .moat/runs/<run>/journal.jsonl --pubkey .moat/runs/<run>/pubkey.pem --key-fingerprint 9f2c… --require-pin
   moat audit verify journal.jsonl --pubkey pubkey.pem -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if output != "" && output != "json" {
 				return exitf(exitUsage, "unknown output format %q (supported: json)", output)
 			}
-			pub, journal, err := readJournalAndKey(args[0], pubPath)
+			pin, err := parseFingerprint(fingerprint)
 			if err != nil {
-				return exitf(ExitInvalid, "%v", err)
+				return exitf(exitUsage, "--key-fingerprint: %v", err)
 			}
-			res := audit.Verify(journal, pub)
+			journalPath, keyPath := runPaths(args[0], pubPath)
+			res, pinned := verifyRun(journalPath, keyPath, pin)
 			code := res.Status.ExitCode()
+			if !pinned && code != ExitInvalid {
+				fmt.Fprintf(cmd.ErrOrStderr(), "moat: %s: the key came from %s, not from a pin; pass --key-fingerprint with the keyid that moat run printed (this key's is %s)\n", unpinnedWarning, keyPath, res.KeyID)
+				if requirePin {
+					fmt.Fprintf(cmd.ErrOrStderr(), "moat: audit verify: --require-pin: exit %d instead of %d\n", exitUnpinned, code)
+					code = exitUnpinned
+				}
+			}
 			out := cmd.OutOrStdout()
 			if output == "json" {
-				b, err := json.MarshalIndent(verifyJSON{Result: res, ExitCode: code, Journal: args[0]}, "", "  ")
+				b, err := json.MarshalIndent(verifyJSON{Result: res, ExitCode: code, Journal: journalPath, Pinned: pinned}, "", "  ")
 				if err != nil {
 					return exitf(ExitInvalid, "BUG: encoding the result: %v", err)
 				}
@@ -77,20 +113,115 @@ Exit codes:
 			switch res.Status {
 			case audit.Complete:
 				t := res.Terminal
-				fmt.Fprintf(out, "complete: %d records, run %s, key %s; terminated: %s (exit code %d)\n",
-					res.Records, res.RunID, res.KeyID, t.Reason, t.ExitCode)
+				fmt.Fprintf(out, "complete: %d records, run %s, key %s%s; terminated: %s (exit code %d)\n",
+					res.Records, res.RunID, res.KeyID, pinNote(pinned), t.Reason, t.ExitCode)
 			case audit.Incomplete:
-				fmt.Fprintf(out, "incomplete: %s\n", res.Reason)
+				fmt.Fprintf(out, "incomplete: %s (key %s%s)\n", res.Reason, res.KeyID, pinNote(pinned))
 			default:
 				fmt.Fprintf(out, "INVALID: %s\n", res.Reason)
 			}
 			return exitCode(code)
 		},
 	}
-	cmd.Flags().StringVar(&pubPath, "pubkey", "", "the run's public key (pubkey.pem in the run directory)")
+	cmd.Flags().StringVar(&pubPath, "pubkey", "", "the run's public key (default: pubkey.pem beside the journal)")
+	cmd.Flags().StringVar(&fingerprint, "key-fingerprint", "", "the run key's fingerprint as moat run printed it: sha256 of the raw Ed25519 key, 64 hex digits")
+	cmd.Flags().BoolVar(&requirePin, "require-pin", false, "exit 3 instead of 0 or 2 when no --key-fingerprint is given")
 	cmd.Flags().StringVarP(&output, "output", "o", "", `output format: "json"`)
-	_ = cmd.MarkFlagRequired("pubkey")
 	return cmd
+}
+
+func pinNote(pinned bool) string {
+	if pinned {
+		return ", pinned"
+	}
+	return ", UNPINNED"
+}
+
+// parseFingerprint checks a pinned fingerprint: "" (no pin) or 64 hex
+// digits, returned in lower case.
+func parseFingerprint(s string) (string, error) {
+	if s == "" {
+		return "", nil
+	}
+	if len(s) != 64 {
+		return "", fmt.Errorf("%q is %d characters; want the 64 hex digits of a sha256", s, len(s))
+	}
+	if _, err := hex.DecodeString(s); err != nil {
+		return "", fmt.Errorf("%q is not hex; want the 64 hex digits of a sha256", s)
+	}
+	return strings.ToLower(s), nil
+}
+
+// runPaths resolves verify's argument: a run directory or a journal, and
+// the key file (default: pubkey.pem beside the journal).
+func runPaths(arg, pubPath string) (journal, key string) {
+	journal = arg
+	if fi, err := os.Stat(arg); err == nil && fi.IsDir() {
+		journal = filepath.Join(arg, audit.JournalFile)
+	}
+	if pubPath == "" {
+		pubPath = filepath.Join(filepath.Dir(journal), audit.PublicKeyFile)
+	}
+	return journal, pubPath
+}
+
+// verifyRun verifies the journal at journalPath against the key at
+// keyPath and the pinned keyid pin ("" for none). pinned says whether the
+// key was checked against a pin.
+func verifyRun(journalPath, keyPath, pin string) (res audit.Result, pinned bool) {
+	invalid := func(kind error, format string, a ...any) audit.Result {
+		res.Status, res.Reason = audit.Invalid, fmt.Sprintf(format, a...)
+		res.Err = fmt.Errorf("%w: %s", kind, res.Reason)
+		return res
+	}
+	pemBytes, kerr := readCapped(keyPath, audit.MaxPublicKeyPEM)
+	var pub ed25519.PublicKey
+	if kerr == nil {
+		if pub, kerr = audit.ParsePublicKeyPEM(pemBytes); kerr == nil {
+			res.KeyID = audit.KeyID(pub)
+		}
+	}
+	if kerr == nil && pin != "" {
+		if res.KeyID != pin {
+			return invalid(audit.ErrWrongKey, "the key %s has fingerprint %s, not the pinned %s: this is not the journal of the run you pinned", keyPath, res.KeyID, pin), false
+		}
+		pinned = true
+	}
+	if neverCreated(journalPath) {
+		// audit.Create writes pubkey.pem, then creates journal.jsonl: a
+		// kill in between leaves a run directory without a journal.
+		switch {
+		case kerr == nil:
+			res.Status, res.Err = audit.Incomplete, audit.ErrEmpty
+			res.Reason = fmt.Sprintf("no journal: the run directory %s has its public key but no %s (the run was killed before its journal was created); no records", filepath.Dir(journalPath), audit.JournalFile)
+			return res, pinned
+		case errors.Is(kerr, fs.ErrNotExist) || len(pemBytes) == 0:
+			res.Status, res.Err = audit.Incomplete, audit.ErrEmpty
+			res.Reason = fmt.Sprintf("no journal and no public key in the run directory %s (the run was killed while creating them); no records", filepath.Dir(journalPath))
+			return res, false
+		}
+	}
+	if kerr != nil {
+		return invalid(audit.ErrWrongKey, "reading the public key %s: %v", keyPath, kerr), false
+	}
+	journal, err := readCapped(journalPath, audit.MaxJournalBytes)
+	if err != nil {
+		return invalid(audit.ErrMalformed, "reading the journal: %v", err), false
+	}
+	return audit.Verify(journal, pub), pinned
+}
+
+// neverCreated reports whether path is a run directory's journal.jsonl
+// that does not exist, in a directory that does.
+func neverCreated(path string) bool {
+	if filepath.Base(path) != audit.JournalFile {
+		return false
+	}
+	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	fi, err := os.Stat(filepath.Dir(path))
+	return err == nil && fi.IsDir()
 }
 
 // verifyJSON is the -o json form of a verification.
@@ -98,22 +229,7 @@ type verifyJSON struct {
 	audit.Result
 	ExitCode int    `json:"exit_code"`
 	Journal  string `json:"journal"`
-}
-
-func readJournalAndKey(journalPath, pubPath string) (ed25519.PublicKey, []byte, error) {
-	pemBytes, err := readCapped(pubPath, audit.MaxPublicKeyPEM)
-	if err != nil {
-		return nil, nil, fmt.Errorf("reading the public key: %w", err)
-	}
-	pub, err := audit.ParsePublicKeyPEM(pemBytes)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", pubPath, err)
-	}
-	journal, err := readCapped(journalPath, audit.MaxJournalBytes)
-	if err != nil {
-		return nil, nil, fmt.Errorf("reading the journal: %w", err)
-	}
-	return pub, journal, nil
+	Pinned   bool   `json:"pinned"`
 }
 
 // readCapped reads a regular file of at most limit bytes.
