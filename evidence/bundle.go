@@ -21,8 +21,10 @@ import (
 
 // Bundle constants.
 const (
-	SuiteName         = "moat-containment-evidence"
-	ReportVersion     = 1
+	SuiteName = "moat-containment-evidence"
+	// ReportVersion 2 added case_files, so that the signed report
+	// binds every raw file.
+	ReportVersion     = 2
 	ReportPayloadType = "application/vnd.moat.evidence.report.v1+json"
 	FileReport        = "report.json"
 	FileReportDSSE    = "report.dsse.json"
@@ -56,6 +58,30 @@ type Report struct {
 	Started        string       `json:"started"`
 	Finished       string       `json:"finished"`
 	Summary        Summary      `json:"summary"`
+	// CaseFiles is the sha256 of every file under cases/, by slash path
+	// from the bundle's root (CaseFileHashes). It is signed with the rest
+	// of the report, so that a pinned suite key authenticates the raw
+	// files as well as the outcomes.
+	CaseFiles map[string]string `json:"case_files"`
+}
+
+// ReportMDNote is the last sentence of report.md.
+const ReportMDNote = "Pin the manifest sha256 and the suite key fingerprint that the run printed, from somewhere other than this bundle."
+
+// CaseFileHashes returns the sha256 of every regular file under
+// dir/cases, by slash path from dir (Report.CaseFiles).
+func CaseFileHashes(dir string) (map[string]string, error) {
+	all, err := hashTree(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for name, sum := range all {
+		if strings.HasPrefix(name, CasesDir+"/") {
+			out[name] = sum
+		}
+	}
+	return out, nil
 }
 
 // CaseReport is one case's entry.
@@ -141,12 +167,16 @@ func ParseClaims(out []byte) Claims {
 // SignReport wraps report bytes in a DSSE envelope signed by priv.
 func SignReport(report []byte, priv ed25519.PrivateKey) ([]byte, error) {
 	pub := priv.Public().(ed25519.PublicKey)
-	env := Envelope{
+	return envelopeBytes(Envelope{
 		PayloadType: ReportPayloadType,
 		Payload:     base64.StdEncoding.EncodeToString(report),
 		Signatures: []Signature{{KeyID: KeyID(pub),
 			Sig: base64.StdEncoding.EncodeToString(ed25519.Sign(priv, PAE(ReportPayloadType, report)))}},
-	}
+	})
+}
+
+// envelopeBytes is report.dsse.json for env, in the one form moat writes.
+func envelopeBytes(env Envelope) ([]byte, error) {
 	b, err := json.MarshalIndent(env, "", "  ")
 	if err != nil {
 		return nil, err
@@ -161,16 +191,24 @@ func WriteManifest(dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	b, err := json.MarshalIndent(Manifest{Version: 1, Files: files}, "", "  ")
+	b, err := manifestBytes(files)
 	if err != nil {
 		return "", err
 	}
-	b = append(b, '\n')
 	if err := os.WriteFile(filepath.Join(dir, FileManifest), b, 0o644); err != nil {
 		return "", err
 	}
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:]), nil
+}
+
+// manifestBytes is manifest.json for files, in the one form moat writes.
+func manifestBytes(files map[string]string) ([]byte, error) {
+	b, err := json.MarshalIndent(Manifest{Version: 1, Files: files}, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
 }
 
 // hashTree returns the sha256 of every regular file under dir, by slash
@@ -249,7 +287,7 @@ var NotEstablished = []string{
 	"resistance to unknown kernel or hypervisor exploits",
 	"resistance to hardware side channels",
 	"containment after compromise of the host or of moat itself (the host, the receivers and this controller are trusted)",
-	"authenticity against a host operator able to rewrite the bundle: checksums alone cannot provide it; pin the manifest sha256 and the suite public key outside the bundle",
+	"authenticity against a host operator able to rewrite the bundle: checksums alone cannot provide it, and a consistent bundle re-signed with a fresh suite key verifies on its own; pin the suite key fingerprint (--suite-key-fingerprint) or the manifest sha256 (--manifest-sha256) from outside the bundle",
 	"data-loss prevention: allowed-inference-canary shows that the approved provider channel carries data",
 }
 
@@ -288,7 +326,7 @@ func RenderMarkdown(r *Report, manifestNote string) []byte {
 	for _, s := range NotEstablished {
 		fmt.Fprintf(&b, "- %s\n", s)
 	}
-	fmt.Fprintf(&b, "\nVerify offline with `moat evidence verify DIR --manifest-sha256 HEX`. %s\n", manifestNote)
+	fmt.Fprintf(&b, "\nVerify offline with `moat evidence verify DIR --suite-key-fingerprint HEX --manifest-sha256 HEX`. Without a pin the verifier can only say that this bundle is consistent, not who made it (it prints UNPINNED). %s\n", manifestNote)
 	return []byte(b.String())
 }
 

@@ -290,6 +290,11 @@ func FinishBundle(out string, rep *Report, priv ed25519.PrivateKey) (string, err
 	pub := priv.Public().(ed25519.PublicKey)
 	rep.SuitePublicKey, rep.SuiteKeyID = string(PublicKeyPEM(pub)), KeyID(pub)
 	rep.Summary = Summarize(rep.Cases)
+	cf, err := CaseFileHashes(out)
+	if err != nil {
+		return "", fmt.Errorf("hashing the case files: %w", err)
+	}
+	rep.CaseFiles = cf
 	rb, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return "", fmt.Errorf("report: %w", err)
@@ -303,7 +308,7 @@ func FinishBundle(out string, rep *Report, priv ed25519.PrivateKey) (string, err
 		name string
 		b    []byte
 	}{{FileReport, rb}, {FileReportDSSE, sig},
-		{FileReportMD, RenderMarkdown(rep, "Pin the manifest sha256 and the suite public key that the run printed.")}} {
+		{FileReportMD, RenderMarkdown(rep, ReportMDNote)}} {
 		if err := os.WriteFile(filepath.Join(out, f.name), f.b, 0o644); err != nil {
 			return "", fmt.Errorf("%s: %w", f.name, err)
 		}

@@ -221,4 +221,64 @@ var Tampers = []Tamper{
 	{"manifest-not-recomputed", func(out string) error {
 		return os.WriteFile(filepath.Join(out, FileReportMD), []byte("# all passed\n"), 0o644)
 	}},
+	{"report-md-rewritten", func(out string) error {
+		p := filepath.Join(out, FileReportMD)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		b = []byte(strings.Replace(string(b), "Result: ", "Result (independently audited): ", 1))
+		return rewriteManifest(out, os.WriteFile(p, b, 0o644))
+	}},
+	{"file-added", func(out string) error {
+		return rewriteManifest(out, os.WriteFile(filepath.Join(out, "AUDITOR-NOTES.txt"), []byte("all cases reviewed: pass\n"), 0o644))
+	}},
+	{"file-added-to-case-and-report", func(out string) error {
+		// Even listed in a re-signed report, a case holds only its files.
+		if err := os.WriteFile(filepath.Join(out, CasesDir, "direct-network", "notes.txt"), []byte("x"), 0o644); err != nil {
+			return err
+		}
+		return ResignReport(out, nil)
+	}},
+	{"file-removed", func(out string) error {
+		return rewriteManifest(out, os.Remove(filepath.Join(out, CasesDir, "direct-network", FileMoatErr)))
+	}},
+	{"case-file-edited", func(out string) error {
+		// moat.err is not scored; the signed report lists its hash.
+		return rewriteManifest(out, os.WriteFile(filepath.Join(out, CasesDir, "direct-network", FileMoatErr), []byte("nothing to see\n"), 0o644))
+	}},
+	{"report-signed-by-another-key", func(out string) error {
+		// report.json names key A; report.dsse.json is signed by key B.
+		b, err := os.ReadFile(filepath.Join(out, FileReport))
+		if err != nil {
+			return err
+		}
+		_, priv, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			return err
+		}
+		sig, err := SignReport(b, priv)
+		if err != nil {
+			return err
+		}
+		return rewriteManifest(out, os.WriteFile(filepath.Join(out, FileReportDSSE), sig, 0o644))
+	}},
+	{"report-dsse-reformatted", func(out string) error {
+		p := filepath.Join(out, FileReportDSSE)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return rewriteManifest(out, os.WriteFile(p, append([]byte(" "), b...), 0o644))
+	}},
+}
+
+// rewriteManifest recomputes the manifest after a tamper (err is the
+// tamper's own error, returned first).
+func rewriteManifest(out string, err error) error {
+	if err != nil {
+		return err
+	}
+	_, err = WriteManifest(out)
+	return err
 }

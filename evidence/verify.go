@@ -22,15 +22,32 @@ const (
 	VerdictComplete                // valid and complete: exit 0
 )
 
+// Pins are what a verifier knows from outside the bundle. Either one
+// authenticates the whole bundle: the manifest lists the sha256 of every
+// other file, and the signed report lists the sha256 of every case file
+// and determines report.md, report.dsse.json's form and the manifest.
+type Pins struct {
+	// ManifestSHA256 is the sha256 of manifest.json, in hex, as the run
+	// printed it.
+	ManifestSHA256 string
+	// SuiteKeyFingerprint is the suite key's keyid (sha256 of the raw
+	// Ed25519 public key, in hex), as the run printed it.
+	SuiteKeyFingerprint string
+}
+
 // VerifyResult is what VerifyBundle found.
 type VerifyResult struct {
-	Verdict        Verdict  `json:"-"`
-	Status         string   `json:"status"`   // complete | subset | invalid
-	Problems       []string `json:"problems"` // why invalid; empty otherwise
-	ManifestSHA256 string   `json:"manifest_sha256"`
-	SuiteKeyID     string   `json:"suite_keyid"`
-	Summary        Summary  `json:"summary"`
-	Planned        int      `json:"planned"`
+	Verdict  Verdict  `json:"-"`
+	Status   string   `json:"status"`   // complete | subset | invalid
+	Problems []string `json:"problems"` // why invalid; empty otherwise
+	// Pinned is true when the bundle is valid and a pin was given (and
+	// matched): only then is it known who made it. A valid bundle without
+	// a pin is consistent, but anyone could have written and signed it.
+	Pinned         bool    `json:"pinned"`
+	ManifestSHA256 string  `json:"manifest_sha256"`
+	SuiteKeyID     string  `json:"suite_keyid"`
+	Summary        Summary `json:"summary"`
+	Planned        int     `json:"planned"`
 }
 
 // ExitCode maps a verdict to `moat evidence verify`'s exit code.
@@ -44,15 +61,23 @@ func (r VerifyResult) ExitCode() int {
 	return 1
 }
 
-// VerifyBundle checks a bundle offline: the manifest (and its pinned hash
-// when given), the report's DSSE signature, the planned list, and every
-// case's observations, claims and outcome recomputed from its raw files.
-func VerifyBundle(dir, pinnedManifestSHA256 string) (res VerifyResult) {
+// VerifyBundle is VerifyBundlePinned with at most a manifest pin.
+func VerifyBundle(dir, pinnedManifestSHA256 string) VerifyResult {
+	return VerifyBundlePinned(dir, Pins{ManifestSHA256: pinnedManifestSHA256})
+}
+
+// VerifyBundlePinned checks a bundle offline: the pins when given, the
+// manifest, the exact set of files, the report's DSSE signature and the
+// files it lists, report.md regenerated from report.json, the planned
+// list, and every case's observations, claims and outcome recomputed from
+// its raw files.
+func VerifyBundlePinned(dir string, pins Pins) (res VerifyResult) {
 	bad := func(f string, a ...any) { res.Problems = append(res.Problems, fmt.Sprintf(f, a...)) }
 	defer func() {
 		if len(res.Problems) > 0 {
 			res.Verdict = VerdictInvalid
 		}
+		res.Pinned = res.Verdict != VerdictInvalid && (pins.ManifestSHA256 != "" || pins.SuiteKeyFingerprint != "")
 		res.Status = [...]string{"invalid", "subset", "complete"}[res.Verdict]
 		if res.Problems == nil {
 			res.Problems = []string{}
@@ -67,8 +92,8 @@ func VerifyBundle(dir, pinnedManifestSHA256 string) (res VerifyResult) {
 	}
 	ms := sha256.Sum256(mb)
 	res.ManifestSHA256 = hex.EncodeToString(ms[:])
-	if pinnedManifestSHA256 != "" && !strings.EqualFold(pinnedManifestSHA256, res.ManifestSHA256) {
-		bad("manifest sha256 %s is not the pinned %s", res.ManifestSHA256, pinnedManifestSHA256)
+	if pins.ManifestSHA256 != "" && !strings.EqualFold(pins.ManifestSHA256, res.ManifestSHA256) {
+		bad("manifest sha256 %s is not the pinned %s", res.ManifestSHA256, pins.ManifestSHA256)
 	}
 	var man Manifest
 	if err := decodeStrict(mb, &man); err != nil {
@@ -97,6 +122,9 @@ func VerifyBundle(dir, pinnedManifestSHA256 string) (res VerifyResult) {
 			bad("%s: in the manifest but missing", name)
 		}
 	}
+	if want, err := manifestBytes(files); err == nil && !bytes.Equal(mb, want) && reflect.DeepEqual(man.Files, files) {
+		bad("manifest.json: not in the form moat writes (indented JSON, sorted names, one final LF)")
+	}
 
 	// Report and its signature.
 	rb, err := readCapped(filepath.Join(dir, FileReport), MaxReportBytes)
@@ -111,7 +139,16 @@ func VerifyBundle(dir, pinnedManifestSHA256 string) (res VerifyResult) {
 	}
 	res.SuiteKeyID = rep.SuiteKeyID
 	res.Planned = len(rep.Planned)
+	if pins.SuiteKeyFingerprint != "" && !strings.EqualFold(pins.SuiteKeyFingerprint, rep.SuiteKeyID) {
+		bad("suite key fingerprint %s is not the pinned %s: this report was not signed by the suite run you pinned", rep.SuiteKeyID, pins.SuiteKeyFingerprint)
+	}
 	verifyReportSignature(dir, rb, &rep, bad)
+	verifyFileSet(files, &rep, bad)
+	if md, err := readCapped(filepath.Join(dir, FileReportMD), MaxReportBytes); err != nil {
+		bad("report.md: %v", err)
+	} else if want := RenderMarkdown(&rep, ReportMDNote); !bytes.Equal(md, want) {
+		bad("report.md differs from the one regenerated from report.json (%s)", firstDiff(md, want))
+	}
 	if rep.Suite != SuiteName || rep.Version != ReportVersion {
 		bad("report: suite %q version %d, want %q version %d", rep.Suite, rep.Version, SuiteName, ReportVersion)
 	}
@@ -143,15 +180,6 @@ func VerifyBundle(dir, pinnedManifestSHA256 string) (res VerifyResult) {
 	for i, n := range rep.Planned {
 		if i < len(rep.Cases) && rep.Cases[i].Name != n {
 			bad("case %d is %q, planned %q", i+1, rep.Cases[i].Name, n)
-		}
-	}
-	// No case directory beyond the planned ones.
-	for name := range files {
-		if rest, ok := strings.CutPrefix(name, CasesDir+"/"); ok {
-			cn, _, _ := strings.Cut(rest, "/")
-			if !slices.Contains(rep.Planned, cn) {
-				bad("%s: case %q was not planned", name, cn)
-			}
 		}
 	}
 
@@ -200,6 +228,9 @@ func verifyReportSignature(dir string, rb []byte, rep *Report, bad func(string, 
 		bad("report.dsse.json: %v", err)
 		return
 	}
+	if want, err := envelopeBytes(env); err != nil || !bytes.Equal(db, want) {
+		bad("report.dsse.json: not in the form moat writes (indented JSON, one final LF)")
+	}
 	payload, _, _, err := VerifyEnvelope(line, ReportPayloadType, ed25519.PublicKey(pub))
 	if err != nil {
 		bad("report.dsse.json: %v", err)
@@ -208,6 +239,65 @@ func verifyReportSignature(dir string, rb []byte, rep *Report, bad func(string, 
 	if !bytes.Equal(payload, rb) {
 		bad("report.dsse.json signs different bytes than report.json")
 	}
+}
+
+// caseFileNames are the only files a case directory holds.
+var caseFileNames = []string{FilePolicy, FileRunInfo, FilePublicKey, FileJournal, FileProviderEvents,
+	FileRedirectEvents, FileReceiverEvents, FileHost, FileProbeOut, FileMoatErr}
+
+// verifyFileSet checks that the bundle holds exactly the files a bundle
+// holds (the manifest is checked against them separately), and that the
+// case files are exactly those the signed report lists, with their hashes.
+func verifyFileSet(files map[string]string, rep *Report, bad func(string, ...any)) {
+	for _, name := range sortedNames(files) {
+		switch name {
+		case FileReport, FileReportDSSE, FileReportMD:
+			continue
+		}
+		rest, ok := strings.CutPrefix(name, CasesDir+"/")
+		cn, fn, _ := strings.Cut(rest, "/")
+		if !ok || !slices.Contains(caseFileNames, fn) {
+			bad("%s: not a file that a bundle holds", name)
+			continue
+		}
+		if !slices.Contains(rep.Planned, cn) {
+			bad("%s: case %q was not planned", name, cn)
+		}
+		switch want, listed := rep.CaseFiles[name]; {
+		case !listed:
+			bad("%s: not among the case files that report.json lists", name)
+		case want != files[name]:
+			bad("%s: sha256 %s, report.json says %s", name, files[name], want)
+		}
+	}
+	for _, name := range sortedNames(rep.CaseFiles) {
+		if _, ok := files[name]; !ok {
+			bad("%s: listed in report.json but missing", name)
+		}
+	}
+	for _, name := range []string{FileReport, FileReportDSSE, FileReportMD} {
+		if _, ok := files[name]; !ok {
+			bad("%s: missing", name)
+		}
+	}
+}
+
+// firstDiff describes where a and b first differ, by line.
+func firstDiff(a, b []byte) string {
+	al, bl := strings.Split(string(a), "\n"), strings.Split(string(b), "\n")
+	for i := 0; i < len(al) || i < len(bl); i++ {
+		var x, y string
+		if i < len(al) {
+			x = al[i]
+		}
+		if i < len(bl) {
+			y = bl[i]
+		}
+		if x != y || i >= len(al) || i >= len(bl) {
+			return fmt.Sprintf("line %d is %.80q, want %.80q", i+1, x, y)
+		}
+	}
+	return "same lines"
 }
 
 func verifyCase(dir string, c Case, cr CaseReport, bad func(string, ...any)) {

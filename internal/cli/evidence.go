@@ -37,8 +37,8 @@ cannot touch, and write a bundle (report.json, report.dsse.json, report.md,
 cases/, manifest.json). Outcomes come only from what the controller observes.
 
 Exit codes: 0 every case passed; 1 some case did not pass; 125 harness error.
-Print the manifest sha256 and the suite public key; pin them outside the
-bundle.
+It prints the manifest sha256 and the suite key fingerprint: pin them
+outside the bundle and pass them to "moat evidence verify".
 
 Cases: ` + fmt.Sprint(evidence.CaseNames()),
 		Example: `  CGO_ENABLED=0 go build -o bin/moat-probe ./cmd/moat-probe && go build -o bin/moat ./cmd/moat
@@ -81,7 +81,8 @@ Cases: ` + fmt.Sprint(evidence.CaseNames()),
 			if !res.Report.Complete {
 				fmt.Fprintf(w, " (a SUBSET of the cases: not full qualification)")
 			}
-			fmt.Fprintf(w, "\nmanifest sha256: %s\nsuite public key (keyid %s):\n%s", res.ManifestSHA256, res.Report.SuiteKeyID, res.SuitePublicKey)
+			fmt.Fprintf(w, "\nmanifest sha256: %s\nsuite key fingerprint (keyid): %s\nsuite public key:\n%s", res.ManifestSHA256, res.Report.SuiteKeyID, res.SuitePublicKey)
+			fmt.Fprintf(w, "Pin both outside the bundle; check it with:\n  moat evidence verify %s --suite-key-fingerprint %s --manifest-sha256 %s\n", o.Out, res.Report.SuiteKeyID, res.ManifestSHA256)
 			if res.Report.Source.Mismatch {
 				fmt.Fprintf(w, "WARNING: declared source commit %q differs from the binary's embedded revision %q\n", res.Report.Source.Declared, res.Report.Source.Embedded)
 			}
@@ -108,30 +109,71 @@ Cases: ` + fmt.Sprint(evidence.CaseNames()),
 }
 
 func newEvidenceVerifyCmd() *cobra.Command {
-	var pin, output string
+	var pins evidence.Pins
+	var output string
+	var requirePin bool
 	cmd := &cobra.Command{
-		Use:   "verify DIR [--manifest-sha256 HEX]",
+		Use:   "verify DIR [--suite-key-fingerprint HEX] [--manifest-sha256 HEX] [--require-pin] [-o json]",
 		Short: "Verify an evidence bundle offline and recompute every outcome",
-		Long: `Check a bundle offline: the manifest (and its pinned sha256), the report's
-DSSE signature, the planned case list, every journal against its pinned run
-key, every provider event against the signed records, and every outcome
-recomputed from the raw observations.
+		Long: `Check a bundle offline: the pins, the manifest, the exact set of files (no
+file added, none missing), the report's DSSE signature by the suite key that
+report.json names, the case files that the signed report lists, report.md
+regenerated from report.json, the planned case list, every journal against
+its pinned run key, every provider event against the signed records, and
+every outcome recomputed from the raw observations.
 
-Exit codes: 0 valid and complete; 2 valid but a --case subset; 1 invalid.`,
-		Example: `  moat evidence verify /var/tmp/moat-evidence --manifest-sha256 3f1c…`,
-		Args:    cobra.ExactArgs(1),
+A bundle is only as authentic as its suite key: anyone can edit a bundle,
+recompute its outcomes and re-sign it with a fresh key, and it is then
+consistent on its own. Pin it with what "moat evidence run" printed:
+--suite-key-fingerprint HEX (the suite keyid: sha256 of the raw Ed25519
+key) or --manifest-sha256 HEX; either pin covers every file. Without a pin,
+verify still reports the bundle's own state but prints
+"` + unpinnedWarning + `" on stderr and "pinned": false with -o json.
+
+Exit codes:
+  0  valid and complete
+  2  valid but a --case subset (not full qualification)
+  1  invalid: tampered, inconsistent, unreadable, or not matching a pin
+  3  unpinned: with --require-pin, a bundle that would exit 0 or 2 but was
+     checked without a pin`,
+		Example: `  moat evidence verify /var/tmp/moat-evidence --suite-key-fingerprint 5d0e…(64 hex digits) --manifest-sha256 3f1c…(64 hex digits)
+  moat evidence verify ./ev --suite-key-fingerprint 5d0e… --require-pin -o json`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			res := evidence.VerifyBundle(args[0], pin)
+			if output != "" && output != "json" {
+				return exitf(exitUsage, "evidence verify: -o %q: want json", output)
+			}
+			var err error
+			if pins.SuiteKeyFingerprint, err = parseFingerprint(pins.SuiteKeyFingerprint); err != nil {
+				return exitf(exitUsage, "--suite-key-fingerprint: %v", err)
+			}
+			if pins.ManifestSHA256, err = parseFingerprint(pins.ManifestSHA256); err != nil {
+				return exitf(exitUsage, "--manifest-sha256: %v", err)
+			}
+			res := evidence.VerifyBundlePinned(args[0], pins)
+			code := res.ExitCode()
+			if !res.Pinned && code != ExitInvalid {
+				fmt.Fprintf(cmd.ErrOrStderr(), "moat: %s: the bundle is consistent, but nothing outside it says who made it; pass --suite-key-fingerprint or --manifest-sha256 as moat evidence run printed them (this bundle's suite keyid is %s)\n", unpinnedWarning, res.SuiteKeyID)
+				if requirePin {
+					fmt.Fprintf(cmd.ErrOrStderr(), "moat: evidence verify: --require-pin: exit %d instead of %d\n", exitUnpinned, code)
+					code = exitUnpinned
+				}
+			}
 			w := cmd.OutOrStdout()
 			if output == "json" {
-				b, err := json.MarshalIndent(res, "", "  ")
+				b, err := json.MarshalIndent(struct {
+					evidence.VerifyResult
+					ExitCode int `json:"exit_code"`
+				}{res, code}, "", "  ")
 				if err != nil {
 					return exitf(ExitInvalid, "BUG: %v", err)
 				}
 				fmt.Fprintf(w, "%s\n", b)
-				return exitCode(res.ExitCode())
-			} else if output != "" {
-				return exitf(ExitRefused, "evidence verify: -o %q: want json", output)
+				return exitCode(code)
+			}
+			pinned := "UNPINNED"
+			if res.Pinned {
+				pinned = "pinned"
 			}
 			switch res.Verdict {
 			case evidence.VerdictInvalid:
@@ -140,16 +182,18 @@ Exit codes: 0 valid and complete; 2 valid but a --case subset; 1 invalid.`,
 				}
 				fmt.Fprintf(w, "INVALID: %d problem(s); do not rely on this bundle\n", len(res.Problems))
 			case evidence.VerdictSubset:
-				fmt.Fprintf(w, "valid SUBSET (%d planned cases; not full qualification): %d pass, %d fail, %d invalid, %d insufficient; manifest sha256 %s; suite keyid %s\n",
-					res.Planned, res.Summary.Pass, res.Summary.Fail, res.Summary.Invalid, res.Summary.Insufficient, res.ManifestSHA256, res.SuiteKeyID)
+				fmt.Fprintf(w, "valid SUBSET (%d planned cases; not full qualification): %d pass, %d fail, %d invalid, %d insufficient; manifest sha256 %s; suite keyid %s (%s)\n",
+					res.Planned, res.Summary.Pass, res.Summary.Fail, res.Summary.Invalid, res.Summary.Insufficient, res.ManifestSHA256, res.SuiteKeyID, pinned)
 			default:
-				fmt.Fprintf(w, "valid and complete: %d pass, %d fail, %d invalid, %d insufficient; manifest sha256 %s; suite keyid %s\n",
-					res.Summary.Pass, res.Summary.Fail, res.Summary.Invalid, res.Summary.Insufficient, res.ManifestSHA256, res.SuiteKeyID)
+				fmt.Fprintf(w, "valid and complete: %d pass, %d fail, %d invalid, %d insufficient; manifest sha256 %s; suite keyid %s (%s)\n",
+					res.Summary.Pass, res.Summary.Fail, res.Summary.Invalid, res.Summary.Insufficient, res.ManifestSHA256, res.SuiteKeyID, pinned)
 			}
-			return exitCode(res.ExitCode())
+			return exitCode(code)
 		},
 	}
-	cmd.Flags().StringVar(&pin, "manifest-sha256", "", "the manifest sha256 pinned outside the bundle")
+	cmd.Flags().StringVar(&pins.SuiteKeyFingerprint, "suite-key-fingerprint", "", "the suite keyid that moat evidence run printed (sha256 of the raw Ed25519 key, 64 hex digits)")
+	cmd.Flags().StringVar(&pins.ManifestSHA256, "manifest-sha256", "", "the manifest sha256 that moat evidence run printed (64 hex digits)")
+	cmd.Flags().BoolVar(&requirePin, "require-pin", false, "exit 3 instead of 0 or 2 when no pin is given")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "json: print the result as JSON")
 	return cmd
 }
