@@ -110,9 +110,19 @@ func Demo(ctx context.Context, o DemoOptions) (ok bool, err error) {
 		fmt.Fprintf(w, "  %s\n", r)
 	}
 	fmt.Fprintf(w, "\nEvidence: %s\n  journal.jsonl, audit-public-key.pem  the signed journal and the run's public key\n  provider-events.jsonl               every request the provider received, with its verified record\n  receiver-events.jsonl, host.json    the host receivers and the host's own observations\n  probe.out, moat.err                 what the agent and moat printed\n", dir)
-	fmt.Fprintf(w, "Check it yourself:\n  moat audit verify %s --pubkey %s\n  moat audit show %s\n",
-		filepath.Join(dir, FileJournal), filepath.Join(dir, FilePublicKey), filepath.Join(dir, FileJournal))
+	fmt.Fprintf(w, "Check it yourself (the fingerprint is the run key moat printed when the run started, pinned from its run info):\n  moat audit verify %s --pubkey %s --key-fingerprint %s\n  moat audit show %s\n",
+		filepath.Join(dir, FileJournal), filepath.Join(dir, FilePublicKey), demoFingerprint(cr.AuditKeyID), filepath.Join(dir, FileJournal))
 	return cr.Outcome == OutcomePass, nil
+}
+
+// demoFingerprint is the pin to print; a run that never announced its key
+// has none, and the printed command then fails closed instead of passing
+// unpinned.
+func demoFingerprint(keyID string) string {
+	if keyID == "" {
+		return "(none: the run never announced its key)"
+	}
+	return keyID
 }
 
 var demoSteps = map[string]string{

@@ -99,7 +99,7 @@ func Open(ctx context.Context, o SessionOptions) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening journal: %w", err)
 	}
-	fmt.Fprintf(stderr, "moat: run %s: journal %s (key %s)\n", runID, w.JournalPath(), w.KeyID())
+	fmt.Fprintf(stderr, "moat: run %s: journal %s (key fingerprint %s; pin it: moat audit verify %s --key-fingerprint %s)\n", runID, w.JournalPath(), w.KeyID(), runDir, w.KeyID())
 	s := &Session{RunID: runID, Backend: be.Name(), pol: pol, w: w, fatal: make(chan string, 1),
 		running: map[string]boundary.Running{}}
 	s.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
