@@ -151,6 +151,23 @@ func seccompRules() []ociSeccompRule {
 				Args: []ociSeccompArg{{Index: sc.arg, Value: bit, ValueTwo: bit, Op: "SCMP_CMP_MASKED_EQ"}}})
 		}
 	}
+	// Only stream and seqpacket Unix pairs (connected at birth): a
+	// datagram pair can bind, connect and sendto pathname sockets. And
+	// mknod makes regular files only: a FIFO is a channel through a shared
+	// directory, devices are never needed.
+	for _, typ := range []uint64{2 /* DGRAM */, 3 /* RAW */, 4 /* RDM */, 6 /* DCCP */, 10 /* PACKET */} {
+		rules = append(rules, ociSeccompRule{Names: []string{"socketpair"}, Action: "SCMP_ACT_ERRNO", ErrnoRet: &eperm,
+			Args: []ociSeccompArg{{Index: 0, Value: 1 /* AF_UNIX */, Op: "SCMP_CMP_EQ"}, {Index: 1, Value: 0xf, ValueTwo: typ, Op: "SCMP_CMP_MASKED_EQ"}}})
+	}
+	for _, sc := range modeSyscalls() {
+		if sc.name != "mknod" && sc.name != "mknodat" {
+			continue
+		}
+		for _, typ := range []uint64{0o010000 /* FIFO */, 0o140000 /* SOCK */, 0o020000 /* CHR */, 0o060000 /* BLK */} {
+			rules = append(rules, ociSeccompRule{Names: []string{sc.name}, Action: "SCMP_ACT_ERRNO", ErrnoRet: &eperm,
+				Args: []ociSeccompArg{{Index: sc.arg, Value: 0o170000, ValueTwo: typ, Op: "SCMP_CMP_MASKED_EQ"}}})
+		}
+	}
 	for _, fam := range []uint64{
 		15, // AF_KEY
 		17, // AF_PACKET

@@ -224,6 +224,29 @@ func TestConfirmUnconfined(t *testing.T) {
 	}
 	wantCheck(t, rep, "priv/"+opExec, OutcomeSucceeded, true)
 
+	// The classes of issue 11, unconfined: a set-id file can be made, a
+	// FIFO too, and a datagram reaches the host's socket in the grant.
+	wantCheck(t, rep, "priv/"+opSetIDChmod, OutcomeSucceeded, false)
+	wantCheck(t, rep, "priv/"+opSetIDCreate, OutcomeSucceeded, false)
+	wantCheck(t, rep, "priv/"+opChmodPlain, OutcomeSucceeded, true)
+	wantCheck(t, rep, "net/"+opFIFO, OutcomeSucceeded, false)
+	wantCheck(t, rep, "net/"+opStreamPair, OutcomeSucceeded, true)
+	dgram := 0
+	for _, c := range rep.Checks {
+		if strings.HasPrefix(c.Name, "net/unix-dgram:") {
+			dgram++
+			if c.Outcome != OutcomeSucceeded || c.OK {
+				t.Errorf("check %s: got %s ok=%v (%s), want the datagram through", c.Name, c.Outcome, c.OK, c.Detail)
+			}
+		}
+	}
+	if dgram == 0 {
+		t.Error("no net/unix-dgram check in the report")
+	}
+	if c := checkByName(t, rep, checkReceivers); !strings.Contains(c.Detail, "unix datagram") {
+		t.Errorf("host receivers detail %q does not name the datagram", c.Detail)
+	}
+
 	// Attribution is real here: the host can attribute its own loopback.
 	if !props.RequestAttribution.Enforced {
 		t.Errorf("attribution on the host's own loopback: %s", props.RequestAttribution.Detail)

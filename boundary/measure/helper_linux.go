@@ -133,6 +133,22 @@ func runProbe(nonce string, i int, p probe) (outcome, detail string) {
 		return probeExecSelf()
 	case opSetuid:
 		return probeSetuid(p.Path)
+	case opSetIDChmod:
+		name := fmt.Sprintf(".moat-measure-%.16s-%d", nonce, i)
+		if o, d := probeSetIDChmod(p.Path, name, 0o4755); o != OutcomeFailed {
+			return o, d
+		}
+		return probeSetIDChmod(p.Path, name, 0o2755)
+	case opSetIDCreate:
+		return probeSetIDCreate(p.Path, fmt.Sprintf(".moat-measure-%.16s-%d", nonce, i))
+	case opChmodPlain:
+		return probeSetIDChmod(p.Path, fmt.Sprintf(".moat-measure-%.16s-%d", nonce, i), 0o755)
+	case opUnixDgram:
+		return probeUnixDgram(p.Addr)
+	case opStreamPair:
+		return probeSocketpair(unix.SOCK_STREAM)
+	case opFIFO:
+		return probeFIFO(p.Path, fmt.Sprintf(".moat-measure-%.16s-%d", nonce, i))
 	}
 	return OutcomeError, fmt.Sprintf("unknown probe operation %q", p.Op)
 }

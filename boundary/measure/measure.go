@@ -58,6 +58,9 @@ type Config struct {
 	// the abstract namespace, else an absolute path) that it must not
 	// reach. Confirm adds its own receivers to all three lists.
 	ExtraUnixSockets []string
+	// ExtraUnixDgram are pathname datagram sockets outside the sandbox
+	// that it must not send to. Confirm adds one per read-write grant.
+	ExtraUnixDgram []string
 	// SetuidProbes are setuid-root copies of the moat binary inside the
 	// grants; executing one must not change the euid. Optional.
 	SetuidProbes []string
@@ -115,15 +118,21 @@ const (
 	opInterfaces   = "interfaces"    // a non-loopback interface exists
 	opRoutes       = "routes"        // a route leaves through a non-loopback interface, or a default route exists
 	opNoNewPrivs   = "no-new-privs-unset"
-	opCaps         = "capabilities"   // effective, permitted or inheritable set non-empty
-	opAmbient      = "ambient"        // ambient set non-empty
-	opBounding     = "bounding"       // bounding set non-empty and usable
-	opUID          = "uid-root"       // a uid is 0
-	opGID          = "gid-root"       // a gid is 0
-	opUnshare      = "unshare-userns" // unshare(CLONE_NEWUSER) in a child
-	opCloneUser    = "clone-userns"   // clone(CLONE_NEWUSER)
-	opExec         = "exec-self"      // fork+exec of the helper itself
-	opSetuid       = "setuid"         // path: exec a setuid copy of the helper, compare euid
+	opCaps         = "capabilities"     // effective, permitted or inheritable set non-empty
+	opAmbient      = "ambient"          // ambient set non-empty
+	opBounding     = "bounding"         // bounding set non-empty and usable
+	opUID          = "uid-root"         // a uid is 0
+	opGID          = "gid-root"         // a gid is 0
+	opUnshare      = "unshare-userns"   // unshare(CLONE_NEWUSER) in a child
+	opCloneUser    = "clone-userns"     // clone(CLONE_NEWUSER)
+	opExec         = "exec-self"        // fork+exec of the helper itself
+	opSetuid       = "setuid"           // path: exec a setuid copy of the helper, compare euid
+	opSetIDChmod   = "setid-chmod"      // path (a directory): chmod a new file 04755 and 02755
+	opSetIDCreate  = "setid-create"     // path: open(O_CREAT) a new file with mode 04755
+	opChmodPlain   = "chmod-plain"      // path: chmod a new file 0755 (control)
+	opUnixDgram    = "unix-dgram"       // addr: sendto a pathname datagram socket, from socket(2) or a socketpair
+	opStreamPair   = "unix-stream-pair" // control: the pairs the workload may have
+	opFIFO         = "fifo"             // path: mknod a FIFO
 )
 
 // plan is the helper's input.
@@ -294,6 +303,20 @@ func buildPlan(cfg Config, nonce string) (plan, error) {
 		add(PropPrivilege, KindViolation, "priv/setuid:"+p, opSetuid, p, "")
 	}
 	add(PropPrivilege, KindControl, "priv/"+opExec, opExec, "", "")
+	// No set-id file can be made (it would keep its bit on the host,
+	// where a host user could run it as the workspace's owner).
+	add(PropPrivilege, KindViolation, "priv/"+opSetIDChmod, opSetIDChmod, sandboxTmp, "")
+	add(PropPrivilege, KindViolation, "priv/"+opSetIDCreate, opSetIDCreate, sandboxTmp, "")
+	add(PropPrivilege, KindControl, "priv/"+opChmodPlain, opChmodPlain, sandboxTmp, "")
+	// No datagram reaches a host datagram socket (a socketpair's can
+	// sendto one without socket(2)) and no FIFO can be made (a channel
+	// through a shared directory); a stream pair, connected at birth,
+	// stays allowed.
+	for _, u := range cfg.ExtraUnixDgram {
+		add(PropEgress, KindViolation, "net/unix-dgram:"+u, opUnixDgram, "", u)
+	}
+	add(PropEgress, KindViolation, "net/"+opFIFO, opFIFO, sandboxTmp, "")
+	add(PropEgress, KindControl, "net/"+opStreamPair, opStreamPair, "", "")
 
 	if len(pl.Probes) > MaxProbes {
 		return plan{}, fmt.Errorf("measure: %d probes, at most %d (too many grants or secrets)", len(pl.Probes), MaxProbes)

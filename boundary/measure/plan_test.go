@@ -224,7 +224,7 @@ func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "") == s }
 
 // isControl recognises the controls by name, as a helper would have to.
 func isControl(id string) bool {
-	for _, p := range []string{"fs/read-ro:", "fs/write-rw:", "fs/write-tmp:", "net/tcp-broker:", "priv/" + opExec} {
+	for _, p := range []string{"fs/read-ro:", "fs/write-rw:", "fs/write-tmp:", "net/tcp-broker:", "priv/" + opExec, "priv/" + opChmodPlain, "net/" + opStreamPair} {
 		if strings.HasPrefix(id, p) {
 			return true
 		}

@@ -25,6 +25,7 @@ type receivers struct {
 	tcp   net.Listener
 	udp   net.PacketConn
 	unix  []net.Listener
+	dgram []net.PacketConn
 	paths []string // socket files to remove
 	notes []string // receivers that could not be set up, and why
 
@@ -99,6 +100,37 @@ func startReceivers(cfg *Config, nonce string) *receivers {
 		cfg.ExtraUnixSockets = append(cfg.ExtraUnixSockets[:len(cfg.ExtraUnixSockets):len(cfg.ExtraUnixSockets)], s)
 		r.acceptAll(ln, "unix "+s)
 	}
+	// A datagram socket in each read-write grant: a host process that
+	// drops one there must not hear from the sandbox (a datagram socket
+	// from socketpair(2) can sendto it without socket(2)).
+	for _, g := range cfg.ReadWrite {
+		s := filepath.Join(g, ".moat-measure-"+nonce[:min(len(nonce), 16)]+".dgram")
+		if len(s) > maxUnixPath {
+			r.notes = append(r.notes, fmt.Sprintf("no datagram receiver at %s: path longer than %d bytes", s, maxUnixPath))
+			continue
+		}
+		pc, err := net.ListenPacket("unixgram", s)
+		if err != nil {
+			r.notes = append(r.notes, fmt.Sprintf("no datagram receiver at %s: %v", s, err))
+			continue
+		}
+		os.Chmod(s, 0o777)
+		r.paths = append(r.paths, s)
+		r.dgram = append(r.dgram, pc)
+		cfg.ExtraUnixDgram = append(cfg.ExtraUnixDgram[:len(cfg.ExtraUnixDgram):len(cfg.ExtraUnixDgram)], s)
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			buf := make([]byte, 1500)
+			for {
+				n, _, err := pc.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				r.saw(fmt.Sprintf("unix datagram of %d bytes at %s", n, s))
+			}
+		}()
+	}
 	return r
 }
 
@@ -133,6 +165,9 @@ func (r *receivers) close() Check {
 	}
 	for _, ln := range r.unix {
 		ln.Close()
+	}
+	for _, pc := range r.dgram {
+		pc.Close()
 	}
 	r.wg.Wait()
 	for _, p := range r.paths {
