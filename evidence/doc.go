@@ -7,7 +7,8 @@
 // # Bundle format
 //
 //	report.json        Report: planned cases, per-case outcome and observations,
-//	                   probe claims (kept apart, never scored), hashes, host facts
+//	                   probe claims (kept apart, never scored), hashes, host facts,
+//	                   and case_files: the sha256 of every file under cases/
 //	report.dsse.json   DSSE envelope (payloadType ReportPayloadType) of report.json,
 //	                   signed with a fresh Ed25519 suite key; keyid is the hex
 //	                   sha256 of the raw 32-byte public key
@@ -24,6 +25,36 @@
 //	    probe.out, moat.err    the probe's stdout and moat's stderr, synthetic
 //	                           credentials replaced by RedactedCredential
 //	manifest.json      {"version":1,"files":{"<relative path>":"<sha256 hex>",…}}
+//
+// A bundle holds exactly these files: nothing else at the top, and in a
+// case directory only the names above.
+//
+// # Verification and pins
+//
+// VerifyBundlePinned checks, offline: the manifest against the files; the
+// exact set of files; report.dsse.json's signature over report.json by the
+// suite key that report.json names; the case files against the hashes the
+// signed report lists; report.md against the one RenderMarkdown
+// regenerates from report.json (any difference is rejected);
+// report.dsse.json and manifest.json in the one form moat writes; the
+// planned list as a subsequence of the fixed list with every planned case
+// reported; and every case's observations, claims and outcome recomputed
+// from its raw files.
+//
+// That establishes consistency, not origin: anyone can edit raw files,
+// recompute the outcomes and re-sign the report with a fresh suite key, and
+// the result is consistent on its own (or, with planned cases dropped, a
+// consistent subset). Authenticity needs a pin from outside the bundle,
+// either of which covers every file: Pins.SuiteKeyFingerprint, the suite
+// keyid (sha256 of the raw Ed25519 key) that `moat evidence run` prints,
+// or Pins.ManifestSHA256. VerifyResult.Pinned is true only for a valid
+// bundle with a matching pin. `moat evidence verify` exits 0 (valid and
+// complete), 2 (valid subset) or 1 (invalid, or a pin does not match);
+// without a pin it prints "UNPINNED: authenticity not established" on
+// stderr and "pinned": false with -o json, and --require-pin turns an
+// unpinned 0 or 2 into 3. Tampers lists attacks rejected even unpinned;
+// verify_test.go's forged-bundle table shows which re-signed forgeries
+// only a pin rejects.
 //
 // Observations (the Observations type) are never written by hand: both the
 // controller and the verifier compute them from the raw files with
