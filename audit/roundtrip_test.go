@@ -418,3 +418,34 @@ func readJournal(t *testing.T, w *Writer) []byte {
 	}
 	return b
 }
+
+// FuzzUsageJSON: the usage parser never panics; what it accepts is in the
+// writer's form (it marshals back to the same bytes); and any pair of ints
+// marshals to something it accepts back unchanged.
+func FuzzUsageJSON(f *testing.F) {
+	f.Add([]byte(`{"input_tokens":9007199254740991,"output_tokens":0}`), int64(math.MaxInt64), int64(-1))
+	f.Add([]byte(`{"input_tokens":"9223372036854775807","output_tokens":"-9223372036854775808"}`), int64(MaxExactInt+1), int64(0))
+	f.Add([]byte(`{"input_tokens":"5","output_tokens":1e3}`), int64(math.MaxInt64-511), int64(MaxExactInt))
+	f.Fuzz(func(t *testing.T, b []byte, in, out int64) {
+		var u Usage
+		if err := u.UnmarshalJSON(b); err == nil {
+			again, err := u.MarshalJSON()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var v Usage
+			if err := v.UnmarshalJSON(again); err != nil || v != u {
+				t.Fatalf("accepted %q as %+v, which does not round-trip: %v", b, u, err)
+			}
+		}
+		w := Usage{InputTokens: int(in), OutputTokens: int(out)}
+		m, err := w.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v Usage
+		if err := v.UnmarshalJSON(m); err != nil || v != w {
+			t.Fatalf("%+v marshals to %s, read back as %+v (%v)", w, m, v, err)
+		}
+	})
+}
