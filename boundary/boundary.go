@@ -16,6 +16,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/moat-sandbox/moat/internal/reaper"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -272,6 +273,10 @@ type Spec struct {
 	// backend may use for staging (bundles, mount points); the backend
 	// removes what it creates there on Terminate.
 	StateDir string
+	// Reaper, when not nil, is told of everything else the backend makes
+	// on the host (cgroups), and of its removal, so that it is removed
+	// even when moat is killed. nil is valid and does nothing.
+	Reaper *reaper.Reaper
 }
 
 // StartError is a process that could not be started. Code is 127 when the

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/internal/reaper"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -24,13 +25,14 @@ const cgroupRemoveTries = 50
 
 // cgroups is a per-sandbox child cgroup in each v1 controller moat uses.
 type cgroups struct {
-	dirs []string
+	dirs   []string
+	reaper *reaper.Reaper
 }
 
 // newCgroups creates the sandbox's memory and pids cgroups where this host
 // lets moat do so (root, cgroup v1), and says which limits hold. It never
 // pretends: a limit that is not applied is reported with the reason.
-func newCgroups(runID string, lim policy.Limits) (*cgroups, boundary.LimitsStatus) {
+func newCgroups(runID string, lim policy.Limits, rp *reaper.Reaper) (*cgroups, boundary.LimitsStatus) {
 	var st boundary.LimitsStatus
 	if lim.Memory <= 0 && lim.Pids <= 0 {
 		st.Detail = "the policy sets no memory or pids limit"
@@ -44,7 +46,7 @@ func newCgroups(runID string, lim policy.Limits) (*cgroups, boundary.LimitsStatu
 		st.Detail = "memory and pids limits are not enforced: this host uses cgroup v2, which moat does not manage yet"
 		return nil, st
 	}
-	cg := &cgroups{}
+	cg := &cgroups{reaper: rp}
 	var why []string
 	name := "moat-" + sanitize(runID)
 	setup := func(ctrl, file string, val int64) bool {
@@ -59,6 +61,7 @@ func newCgroups(runID string, lim policy.Limits) (*cgroups, boundary.LimitsStatu
 			return false
 		}
 		cg.dirs = append(cg.dirs, dir)
+		cg.reaper.Own(dir, false)
 		if err := os.WriteFile(filepath.Join(dir, file), []byte(strconv.FormatInt(val, 10)), 0); err != nil {
 			why = append(why, fmt.Sprintf("%s: %v", ctrl, err))
 			return false
@@ -142,6 +145,7 @@ func (cg *cgroups) remove() error {
 		for i := 0; i < cgroupRemoveTries; i++ {
 			if err = os.Remove(d); err == nil || errors.Is(err, os.ErrNotExist) {
 				err = nil
+				cg.reaper.Done(d)
 				break
 			}
 			time.Sleep(20 * time.Millisecond)

@@ -83,7 +83,7 @@ func (backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.Sandbo
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return nil, fmt.Errorf("native: PR_SET_DUMPABLE: %w", err)
 	}
-	sb := &sandbox{runID: spec.RunID, abi: abi, policy: pol,
+	sb := &sandbox{runID: spec.RunID, abi: abi, policy: pol, reaper: spec.Reaper,
 		pending: map[int]*proc{}, procs: map[int]*proc{},
 		initDone: make(chan struct{}), release: make(chan struct{}), ready: make(chan error, 1)}
 	if err := sb.startInit(ctx, cfg, hostUID, hostGID); err != nil {
@@ -217,7 +217,7 @@ func (sb *sandbox) startInit(ctx context.Context, cfg *initConfig, hostUID, host
 	}
 	sb.cmd = cmd
 	go func() { cmd.Wait(); close(sb.initDone) }()
-	sb.cg, sb.limits = newCgroups(sb.runID, sb.policy.Process.Limits)
+	sb.cg, sb.limits = newCgroups(sb.runID, sb.policy.Process.Limits, sb.reaper)
 	if sb.cg != nil {
 		if err := sb.cg.add(cmd.Process.Pid); err != nil {
 			return fmt.Errorf("native: cgroup: %w", err)

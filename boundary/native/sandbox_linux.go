@@ -17,6 +17,7 @@ import (
 
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/boundary/attrib"
+	"github.com/moat-sandbox/moat/internal/reaper"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -32,6 +33,7 @@ type sandbox struct {
 	ctl    *ctlConn
 	cg     *cgroups
 	limits boundary.LimitsStatus
+	reaper *reaper.Reaper
 
 	listener *os.File
 	port     int

@@ -1,0 +1,204 @@
+// Package reaper removes what a run leaves on the host (its staging
+// directory, its cgroups) when moat dies without cleaning up, however it
+// dies: SIGKILL included.
+//
+// Start re-runs the moat binary as the hidden helper "__moat-reaper", in a
+// session of its own and outside every sandbox, with the read end of a
+// pipe whose write end only moat holds (close-on-exec, so no child of moat
+// keeps it open). moat writes one line per thing it made and one when it
+// removed that thing itself:
+//
+//	own <tab> tree|dir <tab> <absolute path>
+//	done <tab> <absolute path>
+//
+// End of file on the pipe means moat is gone (the kernel closes the write
+// end whatever the cause of death). The reaper then removes what is still
+// owned: a tree with os.RemoveAll (which never follows symlinks), a
+// directory (a cgroup) with rmdir, retried while its last tasks exit. The
+// sandbox's own processes die with moat (Pdeathsig, PID namespace), so a
+// cgroup empties within moments.
+package reaper
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/moat-sandbox/moat/internal/reexec"
+)
+
+// HelperName is the hidden helper.
+const HelperName = reexec.Prefix + "reaper"
+
+func init() { reexec.Register(HelperName, helperMain) }
+
+// Limits of the helper.
+const (
+	maxLine    = 4096 // one record
+	maxEntries = 1024 // paths owned at once
+	rmdirTries = 250  // × rmdirPause: how long a cgroup may take to empty
+	rmdirPause = 20 * time.Millisecond
+)
+
+// Reaper is moat's end of the pipe. The zero value and a nil *Reaper do
+// nothing, so that callers without one (tests, other tools) need no
+// special case.
+type Reaper struct {
+	mu sync.Mutex
+	w  *os.File
+}
+
+// Start starts the reaper helper from exe (the moat binary).
+func Start(exe string) (*Reaper, error) {
+	r, w, err := os.Pipe() // both close-on-exec
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	cmd := &exec.Cmd{
+		Path:        exe,
+		Args:        []string{"moat", HelperName},
+		Env:         []string{},
+		Dir:         "/",
+		ExtraFiles:  []*os.File{r}, // fd 3
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+	}
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("starting the reaper: %w", err)
+	}
+	go cmd.Wait() // reaped if moat outlives it
+	return &Reaper{w: w}, nil
+}
+
+// Own says that path (a whole tree when tree is true, else one empty
+// directory) is to be removed if moat dies before Done(path).
+func (rp *Reaper) Own(path string, tree bool) error {
+	kind := "dir"
+	if tree {
+		kind = "tree"
+	}
+	return rp.send("own\t" + kind + "\t" + path)
+}
+
+// Done says that moat removed path itself.
+func (rp *Reaper) Done(path string) error { return rp.send("done\t" + path) }
+
+// Close ends the conversation: the reaper removes whatever is still owned
+// (nothing, after a clean exit) and exits.
+func (rp *Reaper) Close() error {
+	if rp == nil || rp.w == nil {
+		return nil
+	}
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	err := rp.w.Close()
+	rp.w = nil
+	return err
+}
+
+func (rp *Reaper) send(line string) error {
+	if rp == nil {
+		return nil
+	}
+	if strings.ContainsAny(line, "\n") || len(line) >= maxLine {
+		return fmt.Errorf("reaper: bad record %q", line)
+	}
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	if rp.w == nil {
+		return errors.New("reaper: closed")
+	}
+	_, err := io.WriteString(rp.w, line+"\n")
+	return err
+}
+
+type entry struct {
+	path string
+	tree bool
+}
+
+// helperMain reads records until moat is gone, then removes what is owned.
+func helperMain([]string) int {
+	f := os.NewFile(3, "reaper")
+	owned, err := read(f)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "moat: reaper: %v\n", err)
+	}
+	return remove(owned)
+}
+
+// read collects owned entries until end of file.
+func read(r io.Reader) ([]entry, error) {
+	var owned []entry
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, maxLine), maxLine)
+	var bad error
+	for sc.Scan() {
+		f := strings.Split(sc.Text(), "\t")
+		switch {
+		case len(f) == 3 && f[0] == "own" && (f[1] == "tree" || f[1] == "dir") && clean(f[2]):
+			if len(owned) < maxEntries {
+				owned = append(owned, entry{path: f[2], tree: f[1] == "tree"})
+			}
+		case len(f) == 2 && f[0] == "done":
+			for i, e := range owned {
+				if e.path == f[1] {
+					owned = append(owned[:i], owned[i+1:]...)
+					break
+				}
+			}
+		default:
+			if bad == nil {
+				bad = fmt.Errorf("ignoring a bad record %q", sc.Text())
+			}
+		}
+	}
+	// Keep reading to EOF even after a scanner error, so that nothing is
+	// removed while moat still runs.
+	if err := sc.Err(); err != nil {
+		io.Copy(io.Discard, r)
+		if bad == nil {
+			bad = err
+		}
+	}
+	return owned, bad
+}
+
+func clean(p string) bool {
+	return filepath.IsAbs(p) && filepath.Clean(p) == p && p != "/"
+}
+
+// remove removes the owned entries, newest first (a cgroup before the
+// directory that holds it); it returns 0 when all are gone.
+func remove(owned []entry) int {
+	code := 0
+	for i := len(owned) - 1; i >= 0; i-- {
+		e := owned[i]
+		var err error
+		if e.tree {
+			err = os.RemoveAll(e.path)
+		} else {
+			for range rmdirTries {
+				if err = syscall.Rmdir(e.path); err == nil || errors.Is(err, os.ErrNotExist) {
+					err = nil
+					break
+				}
+				time.Sleep(rmdirPause)
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "moat: reaper: removing %s: %v\n", e.path, err)
+			code = 1
+		}
+	}
+	return code
+}
