@@ -17,6 +17,7 @@ import (
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/boundary/measure"
 	"github.com/moat-sandbox/moat/broker"
+	"github.com/moat-sandbox/moat/internal/reaper"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -46,6 +47,7 @@ type Session struct {
 	sb       boundary.Sandbox
 	brk      *broker.Broker
 	stateDir string
+	reaper   *reaper.Reaper
 	checks   []audit.Check
 	log      *slog.Logger // one line per broker decision, to moat's stderr
 	nproc    atomic.Int64
@@ -129,7 +131,15 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, getenv func(str
 	if err != nil {
 		return err
 	}
-	sb, err := be.Prepare(ctx, boundary.Spec{RunID: s.RunID, Policy: pol, StateDir: s.stateDir})
+	// The reaper removes the staging directory and the backend's cgroups
+	// if moat dies without doing so itself.
+	if exe, err := os.Executable(); err == nil {
+		if s.reaper, err = reaper.Start(exe); err != nil {
+			return err
+		}
+	}
+	s.reaper.Own(s.stateDir, true)
+	sb, err := be.Prepare(ctx, boundary.Spec{RunID: s.RunID, Policy: pol, StateDir: s.stateDir, Reaper: s.reaper})
 	if err != nil {
 		msg := fmt.Sprintf("backend %s could not prepare the sandbox: %v", be.Name(), err)
 		s.confirmFailed(boundary.Properties{}, msg)
@@ -343,8 +353,11 @@ func (s *Session) Close(code int, reason string) {
 	}
 	s.w.Close()
 	if s.stateDir != "" {
-		os.RemoveAll(s.stateDir)
+		if os.RemoveAll(s.stateDir) == nil {
+			s.reaper.Done(s.stateDir)
+		}
 	}
+	s.reaper.Close()
 }
 
 // inGrant reports whether p lies within one of the policy's grants.
