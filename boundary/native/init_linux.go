@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -309,10 +310,23 @@ func (in *initState) start(m ctlMsg, files []*os.File) {
 		fail(125, errors.New("BUG: no pidfd for the stage"))
 		return
 	}
+	// Every process this start makes lives in the stage's user namespace
+	// (the workload cannot make another): its identity names them all.
+	var nsIno uint64
+	var nst unix.Stat_t
+	if unix.Stat("/proc/"+strconv.Itoa(pid)+"/ns/user", &nst) == nil {
+		nsIno = nst.Ino
+	}
 	in.ctl.send(ctlMsg{Op: "started", ID: m.ID, PID: pid}, pidfd)
 	unix.Close(pidfd)
 	go func() {
 		code := <-ip.exit
+		// A process is reported exited only when everything it started
+		// is gone: detached descendants (double fork, setsid) are killed,
+		// not left running unaccounted for.
+		if nsIno != 0 {
+			killUserNS(nsIno)
+		}
 		in.ctl.send(ctlMsg{Op: "exited", ID: m.ID, Code: code})
 	}()
 }
@@ -390,4 +404,38 @@ func capCounters() error {
 		}
 	}
 	return nil
+}
+
+// killRounds bounds killUserNS: each round kills what it finds and looks
+// again (a process may fork between a look and a kill); the kill of a
+// round's processes makes the next round's list shorter.
+const killRounds = 1000
+
+// killUserNS kills every process of the sandbox whose user namespace is
+// ino, until none is left (zombies have no namespace and do not count;
+// the init reaps them, since they reparent to it).
+func killUserNS(ino uint64) {
+	for range killRounds {
+		ents, err := os.ReadDir("/proc")
+		if err != nil {
+			return
+		}
+		found := false
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == 1 {
+				continue
+			}
+			var st unix.Stat_t
+			if unix.Stat("/proc/"+e.Name()+"/ns/user", &st) != nil || st.Ino != ino {
+				continue
+			}
+			found = true
+			unix.Kill(pid, unix.SIGKILL)
+		}
+		if !found {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

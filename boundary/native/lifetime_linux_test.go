@@ -166,3 +166,35 @@ func TestTTY(t *testing.T) {
 		t.Error("no output on the terminal")
 	}
 }
+
+// TestExecLeavesNothingRunning: a process is reported exited only when
+// everything it started is gone. The workload leaves a detached setsid
+// grandchild and is then killed; Wait returns, and the grandchild is gone
+// too. The control: before the kill, both run.
+func TestExecLeavesNothingRunning(t *testing.T) {
+	f := newFixture(t)
+	sb := f.prepare(t)
+	marker := fmt.Sprintf("moat-linger-%d-%d", os.Getpid(), time.Now().UnixNano())
+	r, w, _ := os.Pipe()
+	defer r.Close()
+	p, err := sb.Start(context.Background(), boundary.Process{Argv: []string{f.bin, marker}, Env: []string{actionEnv + "=doublefork"}, Stdout: w})
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if line, _ := bufio.NewReader(r).ReadString('\n'); line != "forked\n" {
+		t.Fatalf("workload said %q", line)
+	}
+	if n := len(markedPIDs(marker)); n < 2 {
+		t.Fatalf("control: %d marked processes before the kill, want the workload and its grandchild", n)
+	}
+	if err := p.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if left := markedPIDs(marker); len(left) != 0 {
+		t.Errorf("after Wait returned, still running: %v", left)
+	}
+}
