@@ -39,8 +39,8 @@ func conformance(t *testing.T, bin string, args ...string) (confReport, result) 
 func TestConformanceNative(t *testing.T) {
 	needSandbox(t)
 	rep, r := conformance(t, moatBin(t), "--backend", "native")
-	if len(rep.Results) != 6 {
-		t.Fatalf("got %d scenarios, want 6\n%s", len(rep.Results), r)
+	if len(rep.Results) != 8 {
+		t.Fatalf("got %d scenarios, want 8\n%s", len(rep.Results), r)
 	}
 	for _, res := range rep.Results {
 		ok := res.Outcome == "pass"
@@ -96,7 +96,8 @@ func lyingBin(t *testing.T) string {
 func TestConformanceCatchesLyingBackend(t *testing.T) {
 	needSandbox(t)
 	rep, r := conformance(t, lyingBin(t), "--backend", "lying",
-		"--scenario", "filesystem-confinement", "--scenario", "egress-confinement", "--scenario", "privilege-floor")
+		"--scenario", "filesystem-confinement", "--scenario", "egress-confinement", "--scenario", "privilege-floor",
+		"--scenario", "setid-and-sockets")
 	if r.code == 0 {
 		t.Errorf("conformance passed a lying backend\n%s", r)
 	}
@@ -104,6 +105,7 @@ func TestConformanceCatchesLyingBackend(t *testing.T) {
 		"filesystem-confinement": "outside the grants",
 		"egress-confinement":     "from inside the sandbox",
 		"privilege-floor":        "user namespace",
+		"setid-and-sockets":      "chmod=",
 	}
 	for _, res := range rep.Results {
 		if res.Outcome != "fail" || !strings.HasPrefix(res.Reason, "violation succeeded") {
@@ -114,7 +116,7 @@ func TestConformanceCatchesLyingBackend(t *testing.T) {
 			t.Errorf("%s: reason %q does not name the violation (%q)", res.Scenario, res.Reason, want[res.Scenario])
 		}
 	}
-	if len(rep.Results) != 3 {
-		t.Errorf("got %d results, want 3", len(rep.Results))
+	if len(rep.Results) != 4 {
+		t.Errorf("got %d results, want 4", len(rep.Results))
 	}
 }

@@ -83,7 +83,10 @@ func (h *harness) close() {
 }
 
 // policyFile writes the scenario's policy and returns its path.
-func (h *harness) policyFile() (string, error) {
+func (h *harness) policyFile() (string, error) { return h.policyWith() }
+
+// policyWith is policyFile with extra read-only grants.
+func (h *harness) policyWith(readOnly ...string) (string, error) {
 	p := filepath.Join(h.dir, "policy.yaml")
 	// The backend is chosen on the command line (--backend), which
 	// overrides the policy's and never falls back.
@@ -103,7 +106,7 @@ inference:
       models: [%s]
 audit:
   dir: %s
-`, h.tools, h.workspace, h.provider.port, credEnv, providerModel, h.auditDir)
+`, strings.Join(append([]string{h.tools}, readOnly...), ", "), h.workspace, h.provider.port, credEnv, providerModel, h.auditDir)
 	return p, os.WriteFile(p, []byte(y), 0o644)
 }
 
@@ -131,6 +134,11 @@ func (h *harness) probeRun(ctx context.Context, actions ...string) (*runOut, err
 	if err != nil {
 		return nil, err
 	}
+	return h.probeRunPolicy(ctx, pol, actions...)
+}
+
+// probeRunPolicy is probeRun under the policy file pol.
+func (h *harness) probeRunPolicy(ctx context.Context, pol string, actions ...string) (*runOut, error) {
 	ri := filepath.Join(h.dir, fmt.Sprintf("run-info-%d.json", time.Now().UnixNano()))
 	ctx, cancel := context.WithTimeout(ctx, runTimeout)
 	defer cancel()
@@ -138,7 +146,7 @@ func (h *harness) probeRun(ctx context.Context, actions ...string) (*runOut, err
 	cmd := h.command(ctx, args...)
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
-	err = cmd.Run()
+	err := cmd.Run()
 	out := &runOut{stdout: so.String(), stderr: se.String()}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {

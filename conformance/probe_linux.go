@@ -122,6 +122,52 @@ func probeAction(kind, arg string) (string, error) {
 			return "", fmt.Errorf("%v: %s", err, out)
 		}
 		return strings.TrimSpace(string(out)), nil
+	case "plant":
+		// plant=DIR>TARGET: rename DIR aside and put a symlink to TARGET
+		// in its place (the attack on a nested grant's parent).
+		dir, target, _ := strings.Cut(arg, ">")
+		if err := os.Rename(dir, dir+".old"); err != nil {
+			return "", err
+		}
+		return "", os.Symlink(target, dir)
+	case "chmod":
+		// chmod=PATH:MODE (octal), on a file the probe creates.
+		path, m, _ := strings.Cut(arg, ":")
+		mode, err := strconv.ParseUint(m, 8, 32)
+		if err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(path, []byte("x"), 0o644); err != nil {
+			return "", err
+		}
+		if err := unix.Chmod(path, uint32(mode)); err != nil {
+			return "", err
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(path, &st); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("mode %#o", st.Mode&0o7777), nil
+	case "dgram":
+		// dgram=PATH: send a datagram to a pathname socket, from a
+		// datagram socketpair (no socket(2)) or else from socket(2).
+		to := &unix.SockaddrUnix{Name: arg}
+		if fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0); err == nil {
+			err = unix.Sendto(fds[0], []byte("conformance escape attempt"), 0, to)
+			unix.Close(fds[0])
+			unix.Close(fds[1])
+			if err == nil {
+				return "sent from a socketpair", nil
+			}
+		}
+		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return "", fmt.Errorf("no datagram socket: %w", err)
+		}
+		defer unix.Close(fd)
+		return "sent from socket(2)", unix.Sendto(fd, []byte("conformance escape attempt"), 0, to)
+	case "fifo":
+		return "", unix.Mknod(arg, unix.S_IFIFO|0o666, 0)
 	case "sleep":
 		n, _ := strconv.Atoi(arg)
 		time.Sleep(time.Duration(n) * time.Second)

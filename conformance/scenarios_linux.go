@@ -21,6 +21,8 @@ var scenarios = []scenario{
 	{"egress-confinement", egressConfinement},
 	{"filesystem-confinement", filesystemConfinement},
 	{"privilege-floor", privilegeFloor},
+	{"grant-symlink", grantSymlink},
+	{"setid-and-sockets", setidAndSockets},
 	{"attribution", attribution},
 	{"supervisor-loss", supervisorLoss},
 	{"smoke", smoke},
@@ -417,4 +419,121 @@ func ppid(pid int) int {
 		}
 	}
 	return 0
+}
+
+// grantSymlink is the nested-grant attack across two runs: with
+// read_write [ws] and read_only [ws/sysroot/etc], run 1's workload renames
+// ws/sysroot and plants a symlink to a host directory outside the grants.
+// Run 2 must be refused before its workload starts, and must not show the
+// host file. Run 1's read of the nested grant is the control.
+func grantSymlink(ctx context.Context, h *harness) Result {
+	v := &verdict{}
+	sysroot := filepath.Join(h.workspace, "sysroot")
+	etc := filepath.Join(sysroot, "etc")
+	outside := filepath.Join(h.dir, "outside-sysroot")
+	for _, d := range []string{etc, filepath.Join(outside, "etc")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return Result{Outcome: Invalid, Reason: err.Error()}
+		}
+	}
+	os.WriteFile(filepath.Join(etc, "conf"), []byte("granted\n"), 0o644)
+	os.WriteFile(filepath.Join(outside, "etc", "conf"), []byte("host secret, outside every grant\n"), 0o644)
+	if os.Geteuid() == 0 {
+		for _, p := range []string{sysroot, etc, filepath.Join(etc, "conf")} {
+			os.Chown(p, 65534, 65534)
+		}
+		os.Chmod(sysroot, 0o777)
+	}
+	pol, err := h.policyWith(etc)
+	if err != nil {
+		return Result{Outcome: Invalid, Reason: err.Error()}
+	}
+	read := "read=" + filepath.Join(etc, "conf")
+	plant := "plant=" + sysroot + ">" + outside
+	out, err := h.probeRunPolicy(ctx, pol, read, plant)
+	if err != nil || out.code != 0 {
+		return runFailed(v, out, err)
+	}
+	ok, detail, _ := out.result(read)
+	v.control(ok && detail == "8 bytes", "run 1 reads the nested grant (%s)", detail)
+	ok, detail, _ = out.result(plant)
+	v.control(ok, "run 1's workload renames the nested grant's parent and plants a symlink (%s)", detail)
+	out, err = h.probeRunPolicy(ctx, pol, read)
+	if err != nil {
+		v.invalid("running moat: %v", err)
+		return v.result()
+	}
+	ok, detail, found := out.result(read)
+	v.violation(out.code == 125 && !found, "run 2 is refused before its workload starts (exit %d, %s)", out.code, strings.TrimSpace(lastLines(out.stderr, 1)))
+	v.violation(!(found && ok), "run 2's workload does not read the host file through the planted link (%s)", detail)
+	return v.result()
+}
+
+// setidAndSockets: nothing the workload writes reaches the host with a
+// set-id bit; a datagram socket that a host process binds in the
+// workspace hears nothing (a socketpair's datagram socket can sendto it
+// without socket(2)); no FIFO can be made there. Controls: a plain chmod
+// works, and the host socket does receive the host's own datagram.
+func setidAndSockets(ctx context.Context, h *harness) Result {
+	v := &verdict{}
+	sock := filepath.Join(h.workspace, "host.dgram")
+	pc, err := net.ListenPacket("unixgram", sock)
+	if err != nil {
+		return Result{Outcome: Invalid, Reason: err.Error()}
+	}
+	defer pc.Close()
+	defer os.Remove(sock)
+	os.Chmod(sock, 0o777)
+	got := make(chan string, 8)
+	go func() {
+		buf := make([]byte, 256)
+		for {
+			n, _, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			got <- string(buf[:n])
+		}
+	}()
+	if c, err := net.Dial("unixgram", sock); err == nil {
+		c.Write([]byte("control"))
+		c.Close()
+	}
+	select {
+	case m := <-got:
+		v.control(m == "control", "the host datagram socket in the workspace receives the host's datagram")
+	case <-time.After(2 * time.Second):
+		v.control(false, "the host datagram socket in the workspace receives the host's datagram")
+	}
+	suid, sgid, plain := filepath.Join(h.workspace, "suid"), filepath.Join(h.workspace, "sgid"), filepath.Join(h.workspace, "plain")
+	fifo := filepath.Join(h.workspace, "fifo")
+	actions := []string{"chmod=" + suid + ":4755", "chmod=" + sgid + ":2755", "chmod=" + plain + ":755", "dgram=" + sock, "fifo=" + fifo}
+	out, err := h.probeRun(ctx, actions...)
+	if err != nil || out.code != 0 {
+		return runFailed(v, out, err)
+	}
+	for _, a := range actions {
+		ok, detail, found := out.result(a)
+		switch {
+		case !found:
+			v.invalid("the probe did not report %s", a)
+		case strings.HasSuffix(a, ":755"):
+			v.control(ok, "%s inside the workspace (%s)", a, detail)
+		default:
+			v.violation(!ok, "%s (%s)", a, detail)
+		}
+	}
+	for _, p := range []string{suid, sgid} {
+		st, err := os.Stat(p)
+		v.violation(err != nil || st.Mode()&(os.ModeSetuid|os.ModeSetgid) == 0, "the host sees no set-id bit on %s", p)
+	}
+	_, err = os.Lstat(fifo)
+	v.violation(err != nil, "no FIFO appeared in the workspace on the host")
+	select {
+	case m := <-got:
+		v.violation(false, "the host datagram socket received %q from the sandbox", m)
+	case <-time.After(300 * time.Millisecond):
+		v.violation(true, "the host datagram socket received nothing from the sandbox")
+	}
+	return v.result()
 }
