@@ -46,8 +46,9 @@ var forwardedHeaders = map[string]map[string]canonicalizer{
 }
 
 // anthropicVersions are the anthropic-version values the broker forwards:
-// the versions Anthropic has published. The SDKs send 2023-06-01.
-var anthropicVersions = []string{"2023-06-01", "2023-01-01"}
+// the versions Anthropic has published. Older SDKs send 2023-06-01; the
+// official Go SDK v2.15 (this module's test client) sends 2026-10-21.
+var anthropicVersions = []string{"2026-10-21", "2023-06-01", "2023-01-01"}
 
 // allowedBetas are the anthropic-beta values the broker forwards. Each
 // changes only how the model answers, never what the provider does on its
