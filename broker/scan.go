@@ -2,48 +2,81 @@ package broker
 
 import (
 	"bytes"
+	"compress/gzip"
+	"compress/zlib"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
 )
 
 // Reflection guard.
 //
 // A provider response must never carry the run's credential back into the
-// sandbox. The guard looks for the credential in three views of the decoded
-// response, fed byte by byte so that any split across reads or streamed
-// chunks is seen:
+// sandbox, in any form a client can rebuild it from. The guard therefore
+// reads the response the way a client does, and runs every text it
+// rebuilds through a textView (scanview.go: case-insensitive, percent,
+// hex, base64 and base64url at every alignment, JSON escapes nested up to
+// maxEscapeDepth):
 //
-//   - the raw bytes;
-//   - the bytes with one level of JSON string escapes undone (\uXXXX in
-//     either case, \/, \\, \", \n, …), so "sk\u002dant" and "a\/b" match;
-//   - the bytes with two levels undone (a JSON document inside a JSON
-//     string, as in streamed tool-call arguments).
+//   - the raw bytes of the (content-decoded) body;
+//   - the SSE events' data: each event's data lines are joined as an SSE
+//     client joins them and parsed as JSON, and every decoded string is
+//     appended to three streams: the concatenation of that field across
+//     the whole response ("delta.text" of every event), the concatenation
+//     of that field per content block (the field together with the index,
+//     output_index, content_index, summary_index and item_id members of
+//     the objects around it, as SDKs group deltas), and the concatenation
+//     of all strings of the response that are not structural names (type,
+//     id, model, …). Data that is not JSON is concatenated as text;
+//   - a buffered body is also parsed as one JSON document (or several);
+//   - every response header name and value alone, all values concatenated,
+//     and every ordered pair of the values that reach the worker;
+//   - upstream error texts (they are never shown: upstreamErrText).
 //
-// Each view runs a KMP matcher, so no tail window is kept per view: the
-// matcher's state is the tail. What the guard does not see: a credential
-// transformed otherwise (base64, URL-encoding, case changes, reversed) or
-// split by the provider into separate JSON strings (two SSE deltas).
+// Content codings are decoded first, nested up to maxCompressionDepth
+// (inspectLayers); a body that is still compressed underneath its declared
+// coding is never passed on.
 //
-// Credentials must be printable ASCII without spaces (checkCredential), so a
-// match can never span a raw line feed: the streaming path releases bytes to
-// the worker up to the last line feed, and holds back at most
-// holdBack(cred) bytes of a line that has none.
+// Streaming holds back the event in progress: bytes are released only up
+// to the end of the last complete SSE event (the blank line), after that
+// event was parsed and scanned, so the byte completing a credential split
+// across events is never released before the guard fires. An event may
+// hold at most maxStreamEventBytes.
+//
+// Credentials must be printable ASCII without spaces (checkCredential).
 
 // MinCredentialBytes is the shortest credential the broker accepts; shorter
 // secrets would make the reflection guard fire on ordinary text.
 const MinCredentialBytes = 8
 
-// maxEscapeExpansion is how many raw bytes one credential byte can take in
-// the doubly-unescaped view: \u00XX escaped again is 6×6 bytes.
-const maxEscapeExpansion = 36
+const (
+	// maxStreamEventBytes caps one SSE event held back for scanning.
+	maxStreamEventBytes = 8 << 20
+	// maxScanStreams caps the distinct concatenated streams of one
+	// response; a response that needs more is withheld, not passed unscanned.
+	maxScanStreams = 4096
+)
 
 // errReflected is the cause given to OnFatal and the journal when a
 // response carried the credential. It never includes the credential.
+// streamSeed keys the streams; it is random per process, so a provider
+// cannot choose two stream names that share a stream.
+var streamSeed = maphash.MakeSeed()
+
 var errReflected = errors.New("the provider's response contained the run's credential")
 
+// errUnscannable: the response has more distinct blocks than the guard
+// follows; it is withheld.
+var errUnscannable = fmt.Errorf("the response has more than %d distinct content fields and blocks; moat withholds what it cannot scan", maxScanStreams)
+
 func checkCredential(provider, cred string) error {
-	if len(cred) < MinCredentialBytes {
-		return fmt.Errorf("moat: the credential for provider %q is shorter than %d bytes", provider, MinCredentialBytes)
+	if len(cred) < MinCredentialBytes || len(cred) > MaxCredentialBytes {
+		return fmt.Errorf("moat: the credential for provider %q is shorter than %d or longer than %d bytes", provider, MinCredentialBytes, MaxCredentialBytes)
 	}
 	for i := 0; i < len(cred); i++ {
 		if cred[i] <= ' ' || cred[i] >= 0x7f {
@@ -53,172 +86,387 @@ func checkCredential(provider, cred string) error {
 	return nil
 }
 
-func holdBack(cred string) int { return maxEscapeExpansion*len(cred) + 8 }
+// structuralNames are members whose string values are names chosen by the
+// API, left out of the whole-response concatenation (they are still
+// scanned in their own streams).
+var structuralNames = []string{"type", "object", "id", "item_id", "model", "role", "status",
+	"stop_reason", "finish_reason", "system_fingerprint", "service_tier", "event"}
 
-// kmp is a streaming matcher for one pattern.
-type kmp struct {
-	pat   []byte
-	fail  []int
-	state int
-}
+// blockNames are members whose values say which content block a delta
+// belongs to.
+var blockNames = []string{"index", "output_index", "content_index", "summary_index", "item_id"}
 
-func newKMP(pat []byte) *kmp {
-	fail := make([]int, len(pat)+1)
-	fail[0] = -1
-	for i, k := 1, 0; i < len(pat); i++ {
-		for k > 0 && pat[i] != pat[k] {
-			k = fail[k]
-		}
-		if pat[i] == pat[k] {
-			k++
-		}
-		fail[i+1] = k
-	}
-	return &kmp{pat: pat, fail: fail}
-}
-
-// feed consumes one byte and reports whether the pattern ends here.
-func (m *kmp) feed(c byte) bool {
-	for m.state > 0 && m.pat[m.state] != c {
-		m.state = m.fail[m.state]
-	}
-	if m.pat[m.state] == c {
-		m.state++
-	}
-	if m.state == len(m.pat) {
-		m.state = m.fail[m.state]
-		return true
-	}
-	return false
-}
-
-// unescaper undoes JSON string escapes in a stream, one byte at a time.
-// Bytes outside escapes pass through; a malformed escape passes through
-// as written.
-type unescaper struct {
-	state int // 0 normal, 1 after '\', 2.. reading \u hex digits
-	cp    rune
-	held  [6]byte
-	nheld int
-}
-
-// feed consumes c and calls emit for each output byte.
-func (u *unescaper) feed(c byte, emit func(byte)) {
-	switch u.state {
-	case 0:
-		if c == '\\' {
-			u.state, u.nheld = 1, 0
-			u.held[u.nheld] = c
-			u.nheld++
-			return
-		}
-		emit(c)
-	case 1:
-		u.state = 0
-		switch c {
-		case 'u':
-			u.state, u.cp = 2, 0
-			u.held[u.nheld] = c
-			u.nheld++
-		case '/', '\\', '"':
-			emit(c)
-		case 'n':
-			emit('\n')
-		case 't':
-			emit('\t')
-		case 'r':
-			emit('\r')
-		case 'b':
-			emit('\b')
-		case 'f':
-			emit('\f')
-		default:
-			emit('\\')
-			u.feed(c, emit)
-		}
-	default: // 2..5: hex digits
-		d, ok := hexVal(c)
-		if !ok {
-			for _, h := range u.held[:u.nheld] {
-				emit(h)
-			}
-			u.state = 0
-			u.feed(c, emit)
-			return
-		}
-		u.cp = u.cp<<4 | rune(d)
-		u.held[u.nheld] = c
-		u.nheld++
-		u.state++
-		if u.state == 6 {
-			u.state = 0
-			if u.cp < 0x80 {
-				emit(byte(u.cp))
-			} else {
-				emit(0xff) // never part of a credential (checkCredential)
-			}
-		}
-	}
-}
-
-func hexVal(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
-}
-
-// scanner watches one response for the credential in all three views.
+// scanner watches one response. Write feeds body bytes; Hit, Err and Safe
+// report the verdict and how much may be released.
 type scanner struct {
-	raw, once, twice *kmp
-	u1, u2           unescaper
-	hit              bool
+	p       *pattern
+	raw     *textView
+	streams map[uint64]*textView // by maphash of the stream's name
+	all     *textView            // every non-structural string, in order
+	hit     bool
+	err     error // errUnscannable
+
+	// SSE framing.
+	fed     int64 // bytes fed
+	safe    int64 // bytes up to the end of the last complete event
+	line    []byte
+	isData  bool // the current line is a data line (its first 5 bytes read)
+	lineLen int
+	afterCR bool
+	data    []byte // the current event's joined data
+	hasData bool
 }
 
 func newScanner(cred string) *scanner {
-	p := []byte(cred)
-	return &scanner{raw: newKMP(p), once: newKMP(p), twice: newKMP(p)}
+	p := newPattern(cred)
+	return &scanner{p: p, raw: newTextView(p), all: newTextView(p), streams: map[uint64]*textView{}}
 }
 
 // Write feeds p and reports whether the credential has been seen so far.
-func (s *scanner) Write(p []byte) bool {
-	if s.hit {
+func (s *scanner) Write(b []byte) bool {
+	if s.hit || s.err != nil {
+		return s.hit
+	}
+	if s.raw.write(b) {
+		s.hit = true
 		return true
 	}
-	for _, c := range p {
-		if s.raw.feed(c) {
-			s.hit = true
-		}
-		s.u1.feed(c, s.emit1)
-		if s.hit {
-			return true
+	for _, c := range b {
+		s.fed++
+		s.sseByte(c)
+		if s.hit || s.err != nil {
+			break
 		}
 	}
 	return s.hit
 }
 
-func (s *scanner) emit1(c byte) {
-	if s.once.feed(c) {
-		s.hit = true
+// Close ends the response: an event without its blank line is scanned as
+// if it were complete (a client reading bytes sees it).
+func (s *scanner) Close() bool {
+	if !s.hit && s.err == nil {
+		s.endLine()
+		s.dispatch()
+		s.safe = s.fed
 	}
-	s.u2.feed(c, s.emit2)
+	return s.hit
 }
 
-func (s *scanner) emit2(c byte) {
-	if s.twice.feed(c) {
+func (s *scanner) sseByte(c byte) {
+	if s.afterCR && c == '\n' {
+		s.afterCR = false
+		return
+	}
+	s.afterCR = false
+	if c == '\r' || c == '\n' {
+		s.afterCR = c == '\r'
+		if s.lineLen == 0 {
+			s.dispatch()
+			s.safe = s.fed
+			return
+		}
+		s.endLine()
+		return
+	}
+	s.lineLen++
+	switch {
+	case s.lineLen <= 5:
+		s.line = append(s.line, c)
+		if s.lineLen == 5 {
+			s.isData = string(s.line) == "data:"
+			s.line = s.line[:0]
+		}
+	case s.isData:
+		s.line = append(s.line, c)
+	}
+}
+
+// endLine adds a finished data line to the event (SSE: one leading space
+// dropped, lines joined with a line feed).
+func (s *scanner) endLine() {
+	if s.isData || (s.lineLen == 4 && string(s.line) == "data") {
+		v := s.line
+		if s.isData && len(v) > 0 && v[0] == ' ' {
+			v = v[1:]
+		}
+		if s.hasData {
+			s.data = append(s.data, '\n')
+		}
+		s.data = append(s.data, v...)
+		s.hasData = true
+	}
+	s.line, s.lineLen, s.isData = s.line[:0], 0, false
+}
+
+func (s *scanner) dispatch() {
+	if s.hasData {
+		s.scanData(s.data)
+	}
+	s.data, s.hasData = s.data[:0], false
+}
+
+// scanData scans one event's data: as JSON, or, when it is not JSON, as
+// text concatenated with the other non-JSON events.
+func (s *scanner) scanData(d []byte) {
+	if !s.walkJSON(d) {
+		s.feed("sse-text", d, true)
+	}
+}
+
+// feed appends text to the named stream (and to the whole-response stream
+// when all is set).
+func (s *scanner) feed(key string, text []byte, all bool) {
+	if s.hit || s.err != nil {
+		return
+	}
+	h := maphash.String(streamSeed, key)
+	v := s.streams[h]
+	if v == nil {
+		if len(s.streams) >= maxScanStreams {
+			s.err = errUnscannable
+			return
+		}
+		v = newTextView(s.p)
+		s.streams[h] = v
+	}
+	if v.write(text) || (all && s.all.write(text)) {
 		s.hit = true
 	}
 }
 
-// containsCredential scans one complete buffer.
+// jsonString is one decoded string of a JSON document and where it was.
+type jsonString struct {
+	val   string
+	path  string // member names, "[]" for array elements
+	obj   int    // innermost enclosing object, index into objs, or -1
+	field string // the member it is the value of
+}
+
+type jsonObj struct {
+	parent int
+	block  string // its blockNames members, "name=value;"
+}
+
+// walkJSON decodes every JSON document in d and feeds its strings to the
+// streams, in document order. It reports false when d does not start with
+// a JSON value.
+func (s *scanner) walkJSON(d []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(d))
+	dec.UseNumber()
+	type frame struct {
+		obj    int  // index into objs for an object, -1 for an array
+		owner  int  // innermost object around (or being) this container
+		key    bool // objects: the next token is a member name
+		member string
+		path   string
+	}
+	var (
+		stack []frame
+		strs  []jsonString
+		objs  []jsonObj
+		any   bool
+	)
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			break
+		}
+		any = true
+		n := len(stack)
+		if n > 0 && stack[n-1].obj >= 0 && stack[n-1].key {
+			if name, ok := tok.(string); ok {
+				stack[n-1].member, stack[n-1].key = name, false
+				continue
+			}
+		}
+		path, member, owner, blockObj := "", "", -1, -1
+		if n > 0 {
+			top := &stack[n-1]
+			owner = top.owner
+			if top.obj >= 0 {
+				path, member, blockObj = top.path+"."+top.member, top.member, top.obj
+			} else {
+				path = top.path + "[]"
+			}
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{':
+				objs = append(objs, jsonObj{parent: owner})
+				stack = append(stack, frame{obj: len(objs) - 1, owner: len(objs) - 1, key: true, path: path})
+				continue
+			case '[':
+				stack = append(stack, frame{obj: -1, owner: owner, path: path})
+				continue
+			}
+			stack = stack[:n-1]
+		case string:
+			strs = append(strs, jsonString{val: t, path: path, obj: owner, field: member})
+			if blockObj >= 0 && slices.Contains(blockNames, member) {
+				objs[blockObj].block += member + "=" + t + ";"
+			}
+		case json.Number:
+			if blockObj >= 0 && slices.Contains(blockNames, member) {
+				objs[blockObj].block += member + "=" + string(t) + ";"
+			}
+		}
+		// A value is complete: its object expects a member name next.
+		if k := len(stack); k > 0 && stack[k-1].obj >= 0 {
+			stack[k-1].key = true
+		}
+	}
+	var block strings.Builder
+	for _, js := range strs {
+		block.Reset()
+		for o := js.obj; o >= 0; o = objs[o].parent {
+			block.WriteString(objs[o].block)
+			block.WriteByte('/')
+		}
+		all := !slices.Contains(structuralNames, js.field)
+		s.feed("f:"+js.path, []byte(js.val), all)
+		s.feed("b:"+js.path+"#"+block.String(), []byte(js.val), false)
+	}
+	return any
+}
+
+// scanBody scans a complete (content-decoded) body: bytes, SSE events and
+// the body as JSON.
+func scanBody(cred string, data []byte) (bool, error) {
+	s := newScanner(cred)
+	s.Write(data)
+	s.Close()
+	if !s.hit && s.err == nil {
+		s.walkJSON(data)
+	}
+	return s.hit, s.err
+}
+
+// containsCredential scans one short text (an error message, a header).
 func containsCredential(cred string, b []byte) bool {
-	if bytes.Contains(b, []byte(cred)) {
+	hit, _ := scanBody(cred, b)
+	return hit
+}
+
+// headReflects reports whether a response head carries the credential: in
+// the status line, in any header name or value alone, in all values
+// concatenated (sorted by name), or in any ordered pair of the values that
+// are returned to the worker.
+func headReflects(cred string, status string, h http.Header) bool {
+	p := newPattern(cred)
+	one := func(parts ...string) bool {
+		v := newTextView(p)
+		for _, s := range parts {
+			if v.write([]byte(s)) {
+				return true
+			}
+		}
+		return false
+	}
+	if one(status) {
 		return true
 	}
-	return newScanner(cred).Write(b)
+	names := make([]string, 0, len(h))
+	for name := range h {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var all []string
+	for _, name := range names {
+		if one(name) {
+			return true
+		}
+		for _, v := range h[name] {
+			if one(v) {
+				return true
+			}
+			all = append(all, v)
+		}
+	}
+	if one(all...) {
+		return true
+	}
+	var back []string
+	for _, name := range returnedHeaders {
+		back = append(back, h.Values(name)...)
+	}
+	for i := range back {
+		for j := range back {
+			if i != j && one(back[i], back[j]) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Nested compression. looksCompressed sniffs the headers of a gzip member
+// or a zlib stream; a raw deflate stream has none and is not recognised.
+func looksCompressed(b []byte) bool {
+	if len(b) < 2 {
+		return false
+	}
+	if b[0] == 0x1f && b[1] == 0x8b {
+		return true
+	}
+	return b[0]&0x0f == 8 && b[0]>>4 <= 7 && (uint16(b[0])<<8|uint16(b[1]))%31 == 0
+}
+
+// inspectLayers decodes the undeclared compressed layers of data, up to
+// depth layers in all, and scans every layer. It reports whether the
+// credential was seen, and nested is true when data held any compressed
+// layer (it must then not be passed on). A layer that breaks off is
+// scanned as far as it decodes.
+func inspectLayers(cred string, data []byte, depth int) (hit, nested bool, err error) {
+	budget := MaxResponseBytes - len(data)
+	for layers := 0; ; layers++ {
+		hit, err := scanBody(cred, data)
+		if hit || err != nil {
+			return hit, nested, err
+		}
+		if layers == depth {
+			if looksCompressed(data) {
+				return false, true, fmt.Errorf("the body is compressed more than %d times", maxCompressionDepth)
+			}
+			return false, nested, nil
+		}
+		next, ok, err := decompress(data, budget)
+		if err != nil {
+			return false, true, err
+		}
+		if !ok {
+			return false, nested, nil
+		}
+		nested = true
+		data = next
+		budget -= len(data)
+	}
+}
+
+// decompress undoes one sniffed gzip or zlib layer. ok is false when b has
+// no such header, or it decodes to nothing; a stream that breaks off
+// returns what it decoded so far.
+func decompress(b []byte, limit int) (out []byte, ok bool, err error) {
+	if !looksCompressed(b) {
+		return nil, false, nil
+	}
+	var r io.Reader
+	if b[0] == 0x1f {
+		zr, err := gzip.NewReader(bytes.NewReader(b))
+		if err != nil {
+			return nil, false, nil
+		}
+		r = zr
+	} else {
+		zr, err := zlib.NewReader(bytes.NewReader(b))
+		if err != nil {
+			return nil, false, nil
+		}
+		r = zr
+	}
+	out, _ = io.ReadAll(io.LimitReader(r, int64(limit)+1))
+	if len(out) > limit {
+		return nil, false, refuse(ReasonResponseTooLarge, 502, "the decoded response is larger than %d bytes", MaxResponseBytes)
+	}
+	return out, len(out) > 0, nil
 }

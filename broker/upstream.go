@@ -6,14 +6,19 @@ import (
 	"compress/flate"
 	"compress/gzip"
 	"compress/zlib"
+	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,17 +28,17 @@ import (
 
 // Reasons of inference.failed records (and of the worker's error).
 const (
-	ReasonAuditFailure       = "audit_failure"        // the pre-effect record could not be made durable
-	ReasonUpstreamError      = "upstream_error"       // transport error, or the stream broke
-	ReasonUpstreamRedirect   = "upstream_redirect"    // a 3xx; never followed
-	ReasonUpstreamEncoding   = "upstream_encoding"    // a content coding other than identity, gzip, deflate
-	ReasonResponseTooLarge   = "response_too_large"   // over MaxResponseBytes after decoding
-	ReasonCredentialReflect  = "credential_reflected" // the response carried the credential
-	ReasonClientClosed       = "client_closed"        // the worker went away mid-stream
-	preEffectHeader          = "Moat-Pre-Effect"
-	brokerUserAgent          = "moat-broker/1"
-	streamReadBytes          = 32 << 10
-	maxPendingWithoutNewline = 64 << 10
+	ReasonAuditFailure        = "audit_failure"        // the pre-effect record could not be made durable
+	ReasonUpstreamError       = "upstream_error"       // transport error, or the stream broke
+	ReasonUpstreamRedirect    = "upstream_redirect"    // a 3xx; never followed
+	ReasonUpstreamEncoding    = "upstream_encoding"    // a content coding other than identity, gzip, deflate
+	ReasonResponseTooLarge    = "response_too_large"   // over MaxResponseBytes after decoding
+	ReasonCredentialReflect   = "credential_reflected" // the response carried the credential
+	ReasonResponseUnscannable = "response_unscannable" // more distinct blocks than the guard follows
+	ReasonClientClosed        = "client_closed"        // the worker went away mid-stream
+	preEffectHeader           = "Moat-Pre-Effect"
+	brokerUserAgent           = "moat-broker/1"
+	streamReadBytes           = 32 << 10
 )
 
 // forward sends one admitted request: pre-effect record first, then the
@@ -72,24 +77,18 @@ func (b *Broker) forward(w *conn, rt *route, p *provider, req *request, adm *wir
 	p.setCredential(hreq.Header)
 	resp, err := p.client.Do(hreq)
 	if err != nil {
-		return b.failRequest(w, rt.api, id, ReasonUpstreamError, 502, fmt.Sprintf("provider %q could not be reached: %v", p.name, scrub(err.Error(), p.cred)))
+		return b.upstreamFailed(w, rt.api, id, p, err, ReasonUpstreamError, fmt.Sprintf("provider %q could not be reached", p.name))
 	}
 	defer resp.Body.Close()
-	var head bytes.Buffer
-	for name, vals := range resp.Header {
-		for _, v := range vals {
-			fmt.Fprintf(&head, "%s: %s\n", name, v)
-		}
-	}
-	if containsCredential(p.cred, head.Bytes()) {
-		return b.withhold(w, rt.api, id, "a response header")
+	if headReflects(p.cred, resp.Status, resp.Header) {
+		return b.withhold(w, rt.api, id, "the response head")
 	}
 	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
 		return b.failRequest(w, rt.api, id, ReasonUpstreamRedirect, 502, fmt.Sprintf("provider %q answered with a redirect (HTTP %d); moat never follows redirects", p.name, resp.StatusCode))
 	}
-	body, err := decodeBody(resp)
+	body, layers, err := decodeBody(resp)
 	if err != nil {
-		return b.failRequest(w, rt.api, id, ReasonUpstreamEncoding, 502, fmt.Sprintf("provider %q sent a response moat cannot inspect: %v", p.name, err))
+		return b.upstreamFailed(w, rt.api, id, p, err, ReasonUpstreamEncoding, fmt.Sprintf("provider %q sent a response moat cannot inspect", p.name))
 	}
 	hdr := [][2]string{{"Moat-Request-Id", id}}
 	for _, name := range returnedHeaders {
@@ -97,20 +96,34 @@ func (b *Broker) forward(w *conn, rt *route, p *provider, req *request, adm *wir
 			hdr = append(hdr, [2]string{name, v})
 		}
 	}
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "text/event-stream" {
-		return b.stream(w, rt.api, id, p, resp.StatusCode, hdr, body, req.close)
-	}
 	w.charge.deadline = time.Now().Add(b.readTimeout)
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "text/event-stream" {
+		// A stream that starts with a compression header is read whole:
+		// its layers are decoded and scanned before anything is released.
+		br := bufio.NewReaderSize(body, 16)
+		if start, _ := br.Peek(2); !looksCompressed(start) {
+			return b.stream(w, rt.api, id, p, resp.StatusCode, hdr, br, req.close)
+		}
+		body = br
+	}
 	data, err := b.readResponse(w, body)
 	var fe *frontError
 	switch {
 	case errors.As(err, &fe):
 		return b.failRequest(w, rt.api, id, fe.Code, 502, fe.Msg)
 	case err != nil:
-		return b.failRequest(w, rt.api, id, ReasonUpstreamError, 502, fmt.Sprintf("reading the response of provider %q failed: %v", p.name, scrub(err.Error(), p.cred)))
+		return b.upstreamFailed(w, rt.api, id, p, err, ReasonUpstreamError, fmt.Sprintf("reading the response of provider %q failed", p.name))
 	}
-	if containsCredential(p.cred, data) {
+	hit, nested, err := inspectLayers(p.cred, data, maxCompressionDepth-layers)
+	switch {
+	case hit:
 		return b.withhold(w, rt.api, id, "the response body")
+	case errors.As(err, &fe):
+		return b.failRequest(w, rt.api, id, fe.Code, 502, fe.Msg)
+	case errors.Is(err, errUnscannable):
+		return b.failRequest(w, rt.api, id, ReasonResponseUnscannable, 502, err.Error())
+	case err != nil || nested:
+		return b.failRequest(w, rt.api, id, ReasonUpstreamEncoding, 502, fmt.Sprintf("provider %q sent a body that is compressed underneath its declared content coding; moat does not pass on compressed layers", p.name))
 	}
 	rsum := sha256.Sum256(data)
 	if _, ok := b.append(audit.InferenceCompleted{RequestID: id, Status: resp.StatusCode,
@@ -147,9 +160,9 @@ func (b *Broker) readResponse(w *conn, body io.Reader) ([]byte, error) {
 	}
 }
 
-// stream passes an SSE response through as it arrives. Bytes are released
-// up to the last line feed (a credential cannot span one), or, on a long
-// line, all but holdBack bytes; everything is scanned before release.
+// stream passes an SSE response through as it arrives. Every byte is
+// scanned before release, and bytes are released only up to the end of the
+// last complete event (see scan.go), so the event in progress is held back.
 func (b *Broker) stream(w *conn, api, id string, p *provider, status int, hdr [][2]string, body io.Reader, closeAfter bool) bool {
 	hdr = append(hdr, [2]string{"Transfer-Encoding", "chunked"}, [2]string{"Cache-Control", "no-cache"})
 	if closeAfter {
@@ -160,19 +173,26 @@ func (b *Broker) stream(w *conn, api, id string, p *provider, status int, hdr []
 		return b.failStream(id, ReasonClientClosed, "the worker closed the connection")
 	}
 	var (
-		sc      = newScanner(p.cred)
-		hold    = holdBack(p.cred)
-		cw      = chunkWriter{w.bw}
-		sum     = sha256.New()
-		usage   sseUsage
-		total   int64
-		pending []byte
-		buf     = make([]byte, streamReadBytes)
+		sc       = newScanner(p.cred)
+		cw       = chunkWriter{w.bw}
+		sum      = sha256.New()
+		usage    sseUsage
+		total    int64 // bytes read
+		released int64 // bytes released
+		pending  []byte
+		buf      = make([]byte, streamReadBytes)
+		charged  int64
 	)
 	release := func(q []byte) error {
 		sum.Write(q)
 		usage.feed(q)
+		released += int64(len(q))
 		return cw.write(q)
+	}
+	reflected := func() bool {
+		b.fatal(ReasonCredentialReflect, fmt.Errorf("%w (in the stream)", errReflected))
+		b.abortStream(w, api, id, ReasonCredentialReflect, "the provider's response was withheld from here on: it contained the run's credential; the run is being cancelled")
+		return false
 	}
 	for {
 		n, rerr := body.Read(buf)
@@ -183,29 +203,49 @@ func (b *Broker) stream(w *conn, api, id string, p *provider, status int, hdr []
 				return false
 			}
 			if sc.Write(buf[:n]) {
-				b.fatal(ReasonCredentialReflect, errReflected)
-				b.abortStream(w, api, id, ReasonCredentialReflect, "the provider's response was withheld: it contained the run's credential; the run is being cancelled")
+				return reflected()
+			}
+			if sc.err != nil {
+				b.abortStream(w, api, id, ReasonResponseUnscannable, sc.err.Error())
 				return false
 			}
 			pending = append(pending, buf[:n]...)
-			cut := bytes.LastIndexByte(pending, '\n') + 1
-			if cut == 0 && len(pending) > maxPendingWithoutNewline+hold {
-				cut = len(pending) - hold
-			}
-			if cut > 0 {
+			if cut := sc.safe - released; cut > 0 {
 				if err := release(pending[:cut]); err != nil {
 					return b.failStream(id, ReasonClientClosed, "the worker closed the connection mid-stream")
 				}
 				pending = append(pending[:0], pending[cut:]...)
+			}
+			if len(pending) > maxStreamEventBytes {
+				b.abortStream(w, api, id, ReasonResponseTooLarge, fmt.Sprintf("an SSE event is larger than %d bytes; moat holds each event until it is complete to scan it", maxStreamEventBytes))
+				return false
+			}
+			if c := int64(cap(pending)); c > charged {
+				if err := w.charge.takeRaw(c - charged); err != nil {
+					fe := err.(*frontError)
+					b.abortStream(w, api, id, fe.Code, fe.Msg)
+					return false
+				}
+				charged = c
 			}
 		}
 		if rerr == io.EOF {
 			break
 		}
 		if rerr != nil {
-			b.abortStream(w, api, id, ReasonUpstreamError, "the provider's stream broke: "+scrub(rerr.Error(), p.cred))
+			if containsCredential(p.cred, []byte(rerr.Error())) {
+				return reflected()
+			}
+			b.abortStream(w, api, id, ReasonUpstreamError, "the provider's stream broke: "+upstreamErrText(rerr))
 			return false
 		}
+	}
+	if sc.Close() {
+		return reflected()
+	}
+	if sc.err != nil {
+		b.abortStream(w, api, id, ReasonResponseUnscannable, sc.err.Error())
+		return false
 	}
 	if err := release(pending); err != nil {
 		return b.failStream(id, ReasonClientClosed, "the worker closed the connection mid-stream")
@@ -250,41 +290,108 @@ func (b *Broker) withhold(w *conn, api, id, where string) bool {
 		"the provider's response was withheld: it contained the run's credential; the run is being cancelled")
 }
 
-// decodeBody undoes the response's content coding: identity, gzip or
-// deflate (zlib-wrapped or raw). Anything else, or a list, is an error.
-func decodeBody(resp *http.Response) (io.Reader, error) {
-	ce := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding")))
-	if len(resp.Header.Values("Content-Encoding")) > 1 {
-		return nil, errors.New("more than one Content-Encoding header")
+// upstreamFailed handles a transport or decoding error. Its text may quote
+// provider bytes (net/http quotes malformed status lines and headers), so
+// it is scanned, and what the worker and the journal get is only
+// upstreamErrText's fixed description.
+func (b *Broker) upstreamFailed(w *conn, api, id string, p *provider, err error, reason, what string) bool {
+	if containsCredential(p.cred, []byte(err.Error())) {
+		return b.withhold(w, api, id, "an upstream error")
 	}
-	switch ce {
-	case "", "identity":
-		return resp.Body, nil
-	case "gzip", "x-gzip":
-		zr, err := gzip.NewReader(resp.Body)
-		if err != nil {
-			return nil, fmt.Errorf("gzip: %w", err)
-		}
-		return zr, nil
-	case "deflate":
-		br := bufio.NewReader(resp.Body)
-		hdr, _ := br.Peek(2)
-		if len(hdr) == 2 && hdr[0]&0x0f == 8 && (uint16(hdr[0])<<8|uint16(hdr[1]))%31 == 0 {
-			zr, err := zlib.NewReader(br)
-			if err != nil {
-				return nil, fmt.Errorf("deflate: %w", err)
-			}
-			return zr, nil
-		}
-		return flate.NewReader(br), nil
-	}
-	return nil, fmt.Errorf("content coding %q is not supported (identity, gzip, deflate are)", clip(ce))
+	return b.failRequest(w, api, id, reason, 502, what+": "+upstreamErrText(err))
 }
 
-// scrub removes a credential from an error text before it is shown.
-func scrub(s, cred string) string {
-	if cred == "" {
-		return s
+// upstreamErrText describes an upstream error without any of its text:
+// from its type and the standard sentinels only.
+func upstreamErrText(err error) string {
+	var (
+		ne   net.Error
+		op   *net.OpError
+		cve  *tls.CertificateVerificationError
+		rhe  tls.RecordHeaderError
+		uae  x509.UnknownAuthorityError
+		hne  x509.HostnameError
+		cie  x509.CertificateInvalidError
+		flt  flate.CorruptInputError
+		cerr *codingError
+	)
+	switch {
+	case errors.Is(err, context.Canceled):
+		return "the request was cancelled (the run is ending)"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timed out"
+	case errors.As(err, &cve), errors.As(err, &uae), errors.As(err, &hne), errors.As(err, &cie):
+		return "the provider's TLS certificate did not verify"
+	case errors.As(err, &rhe):
+		return "the TLS handshake failed (the endpoint does not speak TLS)"
+	case errors.As(err, &op) && op.Op == "dial":
+		return "the connection could not be made"
+	case errors.As(err, &cerr):
+		return cerr.msg
+	case errors.Is(err, gzip.ErrHeader), errors.Is(err, gzip.ErrChecksum), errors.Is(err, zlib.ErrHeader),
+		errors.Is(err, zlib.ErrChecksum), errors.Is(err, zlib.ErrDictionary), errors.As(err, &flt):
+		return "the compressed body is corrupt"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "the connection closed before the response was complete"
 	}
-	return strings.ReplaceAll(s, cred, "[credential]")
+	return fmt.Sprintf("the response is not valid HTTP or the transport failed (%T; the text is withheld because it may quote provider bytes)", err)
+}
+
+// codingError is decodeBody's own refusal, with a text that quotes no
+// provider bytes.
+type codingError struct{ msg string }
+
+func (e *codingError) Error() string { return e.msg }
+
+// knownCodings are content codings moat names in its refusal; any other
+// value is not quoted.
+var knownCodings = []string{"br", "zstd", "compress", "x-compress", "dcb", "dcz", "aes128gcm"}
+
+// decodeBody undoes the response's content codings, in the reverse order of
+// the list (several headers are one list): identity, gzip or deflate
+// (zlib-wrapped or raw), at most maxCompressionDepth of them. It returns the
+// number of layers undone.
+func decodeBody(resp *http.Response) (io.Reader, int, error) {
+	var codings []string
+	for _, v := range resp.Header.Values("Content-Encoding") {
+		for _, c := range strings.Split(v, ",") {
+			c = strings.ToLower(strings.TrimSpace(c))
+			if c != "" && c != "identity" {
+				codings = append(codings, c)
+			}
+		}
+	}
+	if len(codings) > maxCompressionDepth {
+		return nil, 0, &codingError{fmt.Sprintf("%d content codings are declared; moat decodes at most %d", len(codings), maxCompressionDepth)}
+	}
+	var r io.Reader = resp.Body
+	for i := len(codings) - 1; i >= 0; i-- {
+		switch codings[i] {
+		case "gzip", "x-gzip":
+			zr, err := gzip.NewReader(r)
+			if err != nil {
+				return nil, 0, err
+			}
+			r = zr
+		case "deflate":
+			br := bufio.NewReader(r)
+			hdr, _ := br.Peek(2)
+			if len(hdr) == 2 && hdr[0]&0x0f == 8 && (uint16(hdr[0])<<8|uint16(hdr[1]))%31 == 0 {
+				zr, err := zlib.NewReader(br)
+				if err != nil {
+					return nil, 0, err
+				}
+				r = zr
+			} else {
+				r = flate.NewReader(br)
+			}
+		default:
+			name := "an unknown content coding"
+			if slices.Contains(knownCodings, codings[i]) {
+				name = "content coding " + codings[i]
+			}
+			return nil, 0, &codingError{name + " is not supported (identity, gzip, deflate are)"}
+		}
+	}
+	return r, len(codings), nil
 }

@@ -1,0 +1,321 @@
+package broker
+
+// The reflection guard's byte-level views: one text stream (the raw
+// response, a header value, or the concatenation of JSON strings that a
+// client rebuilds) is fed byte by byte into a textView, which matches the
+// credential, case-insensitively, in:
+//
+//   - the text itself;
+//   - its percent-decoding (%XX, either case);
+//   - its hex decoding (runs of hex digits, both pair alignments);
+//   - its base64 decoding (runs of the union of the standard and URL-safe
+//     alphabets, all four character alignments, so the credential at any
+//     of the three byte alignments of the encoded text is seen);
+//   - the same again with JSON string escapes undone, nested up to
+//     maxEscapeDepth levels.
+//
+// Views cost nothing until they differ from their parent: the unescaped
+// child is created (as a copy of its parent's state) at the first '\', the
+// percent view at the first '%'.
+
+// Limits of the reflection guard.
+const (
+	// maxEscapeDepth is how many nested levels of JSON string escapes are
+	// undone on every text stream.
+	maxEscapeDepth = 4
+	// maxCompressionDepth is how many content-coding layers are decoded:
+	// the declared Content-Encoding list and undeclared layers inside it
+	// (sniffed gzip and zlib headers) together.
+	maxCompressionDepth = 4
+	// MaxCredentialBytes is the longest credential the broker accepts (the
+	// guard's automaton has one row per credential byte).
+	MaxCredentialBytes = 1024
+)
+
+// pattern is a deterministic automaton that recognises the credential,
+// ASCII case-insensitively, one byte at a time. States are 0..n-1; a step
+// that reaches n is a match.
+type pattern struct {
+	n    int
+	next []uint16 // next[s<<8|c]
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+func newPattern(cred string) *pattern {
+	low := []byte(cred)
+	for i := range low {
+		low[i] = lowerASCII(low[i])
+	}
+	n := len(low)
+	// border[s]: the longest proper border of low[:s] (KMP).
+	border := make([]int, n+1)
+	for i, k := 1, 0; i < n; i++ {
+		for k > 0 && low[i] != low[k] {
+			k = border[k]
+		}
+		if low[i] == low[k] {
+			k++
+		}
+		border[i+1] = k
+	}
+	p := &pattern{n: n, next: make([]uint16, n*256)}
+	for s := 0; s < n; s++ {
+		for c := 0; c < 256; c++ {
+			switch {
+			case lowerASCII(byte(c)) == low[s]:
+				p.next[s<<8|c] = uint16(s + 1)
+			case s > 0:
+				p.next[s<<8|c] = p.next[border[s]<<8|c]
+			}
+		}
+	}
+	return p
+}
+
+// step advances state m by c and reports a match.
+func (p *pattern) step(m *uint16, c byte) bool {
+	s := p.next[int(*m)<<8|int(c)]
+	if int(s) == p.n {
+		*m = 0
+		return true
+	}
+	*m = s
+	return false
+}
+
+// Digit values of the encodings; -1 is "not in the alphabet".
+var hexDigit, b64Digit [256]int8
+
+func init() {
+	for i := range hexDigit {
+		hexDigit[i], b64Digit[i] = -1, -1
+	}
+	for i, c := range "0123456789abcdef" {
+		hexDigit[c] = int8(i)
+	}
+	for i, c := range "ABCDEF" {
+		hexDigit[c] = int8(10 + i)
+	}
+	for i, c := range "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/" {
+		b64Digit[c] = int8(i)
+	}
+	b64Digit['-'], b64Digit['_'] = 62, 63
+}
+
+// radixDec decodes runs of digits of width bits each, starting skip digits
+// into the run. Any other byte ends the run.
+type radixDec struct {
+	skip, pos uint8
+	bits      uint8
+	acc       uint16
+}
+
+// feed consumes digit value d (or -1) and returns a decoded byte, if one
+// is complete, and whether the run was broken.
+func (r *radixDec) feed(d int8, width uint8) (out byte, ok, broken bool) {
+	if d < 0 {
+		r.pos, r.bits, r.acc = 0, 0, 0
+		return 0, false, true
+	}
+	if r.pos < r.skip {
+		r.pos++
+		return 0, false, false
+	}
+	r.acc = r.acc<<width | uint16(d)
+	r.bits += width
+	if r.bits >= 8 {
+		r.bits -= 8
+		out = byte(r.acc >> r.bits)
+		r.acc &= 1<<r.bits - 1
+		return out, true, false
+	}
+	return 0, false, false
+}
+
+// pctDecoder undoes percent-encoding; malformed escapes pass as written.
+type pctDecoder struct {
+	n    uint8 // bytes held: '%' and up to one digit
+	held [2]byte
+}
+
+func (d *pctDecoder) feed(c byte, out []byte) int {
+	switch {
+	case d.n == 0 && c == '%':
+		d.held[0], d.n = c, 1
+		return 0
+	case d.n == 0:
+		out[0] = c
+		return 1
+	case hexDigit[c] >= 0 && d.n == 1:
+		d.held[1], d.n = c, 2
+		return 0
+	case hexDigit[c] >= 0:
+		d.n = 0
+		out[0] = byte(hexDigit[d.held[1]])<<4 | byte(hexDigit[c])
+		return 1
+	}
+	k := copy(out, d.held[:d.n])
+	d.n = 0
+	return k + d.feed(c, out[k:])
+}
+
+// unescaper undoes JSON string escapes in a stream, one byte at a time.
+// Bytes outside escapes pass through; a malformed escape passes through
+// as written. A \u escape of a code point above 0x7f becomes 0xff, which
+// is never part of a credential (checkCredential).
+type unescaper struct {
+	state int // 0 normal, 1 after '\', 2..5 reading \u hex digits
+	cp    rune
+	held  [6]byte
+	nheld int
+}
+
+// feed consumes c and writes at most 7 output bytes to out.
+func (u *unescaper) feed(c byte, out []byte) int {
+	switch u.state {
+	case 0:
+		if c == '\\' {
+			u.state, u.nheld = 1, 1
+			u.held[0] = c
+			return 0
+		}
+		out[0] = c
+		return 1
+	case 1:
+		u.state = 0
+		var e byte
+		switch c {
+		case 'u':
+			u.state, u.cp = 2, 0
+			u.held[1], u.nheld = c, 2
+			return 0
+		case '/', '\\', '"':
+			e = c
+		case 'n':
+			e = '\n'
+		case 't':
+			e = '\t'
+		case 'r':
+			e = '\r'
+		case 'b':
+			e = '\b'
+		case 'f':
+			e = '\f'
+		default:
+			out[0] = '\\'
+			return 1 + u.feed(c, out[1:])
+		}
+		out[0] = e
+		return 1
+	}
+	d := hexDigit[c]
+	if d < 0 {
+		k := copy(out, u.held[:u.nheld])
+		u.state = 0
+		return k + u.feed(c, out[k:])
+	}
+	u.cp = u.cp<<4 | rune(d)
+	u.held[u.nheld] = c
+	u.nheld++
+	u.state++
+	if u.state < 6 {
+		return 0
+	}
+	u.state = 0
+	if u.cp < 0x80 {
+		out[0] = byte(u.cp)
+	} else {
+		out[0] = 0xff
+	}
+	return 1
+}
+
+// textView matches the credential in one text stream and in its decoded
+// and unescaped forms (see the top of this file).
+type textView struct {
+	p     *pattern
+	depth int
+	m     uint16 // the text itself
+	pctOn bool
+	pct   pctDecoder
+	mPct  uint16
+	hex   [2]radixDec
+	mHex  [2]uint16
+	b64   [4]radixDec
+	mB64  [4]uint16
+	un    unescaper
+	child *textView // the text with one more level of escapes undone
+}
+
+func newTextView(p *pattern) *textView {
+	v := &textView{p: p}
+	for i := range v.hex {
+		v.hex[i].skip = uint8(i)
+	}
+	for i := range v.b64 {
+		v.b64[i].skip = uint8(i)
+	}
+	return v
+}
+
+// write feeds every byte of b and reports whether the credential was seen.
+func (v *textView) write(b []byte) bool {
+	for _, c := range b {
+		if v.feed(c) {
+			return true
+		}
+	}
+	return false
+}
+
+func (v *textView) feed(c byte) bool {
+	if c == '\\' && v.child == nil && v.depth < maxEscapeDepth {
+		cl := *v
+		cl.depth++
+		cl.un = unescaper{}
+		v.child = &cl
+	}
+	if c == '%' && !v.pctOn {
+		v.pctOn, v.mPct = true, v.m
+	}
+	p := v.p
+	hit := p.step(&v.m, c)
+	var out [8]byte
+	if v.pctOn {
+		n := v.pct.feed(c, out[:])
+		for _, o := range out[:n] {
+			hit = p.step(&v.mPct, o) || hit
+		}
+	}
+	hd := hexDigit[c]
+	for i := range v.hex {
+		o, ok, broken := v.hex[i].feed(hd, 4)
+		if broken {
+			v.mHex[i] = 0
+		} else if ok {
+			hit = p.step(&v.mHex[i], o) || hit
+		}
+	}
+	bd := b64Digit[c]
+	for i := range v.b64 {
+		o, ok, broken := v.b64[i].feed(bd, 6)
+		if broken {
+			v.mB64[i] = 0
+		} else if ok {
+			hit = p.step(&v.mB64[i], o) || hit
+		}
+	}
+	if v.child != nil {
+		n := v.un.feed(c, out[:])
+		for _, o := range out[:n] {
+			hit = v.child.feed(o) || hit
+		}
+	}
+	return hit
+}
