@@ -67,16 +67,22 @@
 // per-sandbox child cgroup when moat runs as root on cgroup v1; otherwise
 // [boundary.Sandbox.Limits] says they are not enforced, and why.
 //
-// # Root-owned workspaces
+// # Grants and root-owned workspaces
 //
-// As root the workload runs as process.host_uid. A read_write grant owned
-// by root is mounted idmapped: the supervisor (root) clones it with
-// open_tree and sets MOUNT_ATTR_IDMAP with the init's user namespace (0 →
-// host_uid), then hands the detached mount to the init over the control
-// channel, which attaches it in the new root. The workload sees the grant
-// as its own, and its writes land on disk as root. Where the filesystem
-// or kernel cannot idmap, and for a read_write grant owned by any other
-// uid than host_uid, Prepare refuses and says to chown the grant.
+// The supervisor resolves the grants once (package grants: a plan of
+// canonical, symlink-free paths with each one's device and inode, and the
+// trusted symlinks to recreate). The init, in its new mount namespace,
+// opens each canonical path again with RESOLVE_NO_SYMLINKS, checks the
+// descriptor against the plan (identity, type, and for read_write grants
+// the owner: this namespace's root, i.e. the workload's host uid), clones
+// the tree from that descriptor, and attaches it on a mount point it
+// opened beneath the new root without following symlinks. The attached
+// trees are then the Landlock rules' descriptors for every stage.
+//
+// As root the workload runs as process.host_uid, and a read_write grant
+// must be owned by it: a root-owned one is refused with the chown to run.
+// (An idmapped mount of root-owned grants used to let writes land as
+// root, and a workload made a setuid-root file that way.)
 //
 // # Signals and exits
 //
