@@ -33,7 +33,9 @@ const (
 	RequestReadTimeout = 30 * time.Second
 	// WriteTimeout bounds each write to a worker that does not read.
 	WriteTimeout = time.Minute
-	// MaxConns caps concurrent worker connections; more are closed at once.
+	// MaxConns caps concurrent worker connections. A connection past it
+	// evicts an idle or the slowest arriving one (see evict.go); only when
+	// all MaxConns are handling requests is the new one closed at once.
 	MaxConns = 256
 	// MaxBufferedBytes caps the request and response bytes that all
 	// connections together may hold in the supervisor's memory (the
@@ -123,6 +125,8 @@ type Broker struct {
 	maxBytes    int64        // policy audit.max_bytes
 	written     atomic.Int64 // bytes of the broker's journal lines, LF included
 
+	evictions atomic.Int64 // connections evicted so far (tests, benchmarks)
+
 	// fwdHeaders maps the id of a request being forwarded to the worker
 	// headers sent with it (name → canonical value); append writes them
 	// into the request's pre-effect record.
@@ -134,7 +138,7 @@ type Broker struct {
 	mu     sync.Mutex // guards the fields below
 	closed bool
 	lns    []net.Listener
-	conns  map[net.Conn]struct{}
+	conns  map[net.Conn]*connState
 	wg     sync.WaitGroup
 }
 
@@ -159,7 +163,7 @@ func New(cfg Config) (*Broker, error) {
 			cfg.Policy.Inference.MaxRefusals, cfg.Policy.Audit.MaxBytes, int64(policy.MinAuditMaxBytes))
 	}
 	b := &Broker{cfg: cfg, routes: map[string]*route{}, maxReq: int64(cfg.Policy.Inference.MaxRequests),
-		log: cfg.Log, conns: map[net.Conn]struct{}{}, idleTimeout: IdleTimeout, readTimeout: RequestReadTimeout,
+		log: cfg.Log, conns: map[net.Conn]*connState{}, idleTimeout: IdleTimeout, readTimeout: RequestReadTimeout,
 		maxRefusals: int64(cfg.Policy.Inference.MaxRefusals), maxBytes: int64(cfg.Policy.Audit.MaxBytes)}
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)
@@ -233,24 +237,29 @@ func (b *Broker) Serve(l net.Listener) error {
 		}
 		delay = 0
 		b.mu.Lock()
-		if b.closed || len(b.conns) >= MaxConns {
+		if b.closed || len(b.conns) >= MaxConns && !b.makeRoomLocked() {
 			b.mu.Unlock()
 			c.Close()
 			continue
 		}
-		b.conns[c] = struct{}{}
+		st := newConnState(c)
+		b.conns[c] = st
 		b.wg.Add(1)
 		b.mu.Unlock()
 		go func() {
 			defer b.wg.Done()
 			defer func() {
-				lingerClose(c)
+				if !st.evicted() {
+					lingerClose(c)
+				}
 				b.mu.Lock()
-				delete(b.conns, c)
+				if b.conns[c] == st {
+					delete(b.conns, c)
+				}
 				b.mu.Unlock()
 				c.Close()
 			}()
-			b.serveConn(c)
+			b.serveConn(st)
 		}()
 	}
 }
@@ -381,6 +390,7 @@ type conn struct {
 // charge is one request's share of MaxBufferedBytes.
 type charge struct {
 	b        *Broker
+	st       *connState // the connection it is charged to
 	deadline time.Time
 	n        int64
 }
@@ -394,12 +404,19 @@ func (c *charge) takeRaw(n int64) error {
 	if c.n+n > c.b.memLimit {
 		return refuse(ReasonBodyTooLarge, 413, "the request and its response need more than %d bytes of broker memory", c.b.memLimit)
 	}
-	ctx, cancel := context.WithDeadline(c.b.ctx, c.deadline)
-	defer cancel()
-	if err := c.b.mem.Acquire(ctx, n); err != nil {
-		return refuse(ReasonBusy, 503, "the broker is busy with other large requests; retry later")
+	if !c.b.mem.TryAcquire(n) {
+		// Requests that began to arrive earlier and still arrive are the
+		// slow ones: make room by evicting them, then wait for what they
+		// release (or for requests being handled to finish).
+		c.b.evictForMemory(c.st, n)
+		ctx, cancel := context.WithDeadline(c.b.ctx, c.deadline)
+		defer cancel()
+		if err := c.b.mem.Acquire(ctx, n); err != nil {
+			return refuse(ReasonBusy, 503, "the broker is busy with other large requests; retry later")
+		}
 	}
 	c.n += n
+	c.st.held.Add(n)
 	return nil
 }
 
@@ -409,6 +426,7 @@ func (b *Broker) setMemLimit(n int64) {
 
 func (c *charge) release() {
 	if c.n > 0 {
+		c.st.held.Add(-c.n)
 		c.b.mem.Release(c.n)
 		c.n = 0
 	}
@@ -419,21 +437,33 @@ func (w *conn) Write(p []byte) (int, error) {
 	return w.c.Write(p)
 }
 
-func (b *Broker) serveConn(c net.Conn) {
+func (b *Broker) serveConn(st *connState) {
+	c := st.c
 	w := &conn{c: c, br: bufio.NewReaderSize(c, frontBufferBytes)}
 	w.bw = bufio.NewWriter(w)
 	for {
 		c.SetReadDeadline(time.Now().Add(b.idleTimeout))
 		if _, err := w.br.Peek(1); err != nil {
-			return // closed or idle between requests: not a request
+			return // closed, evicted or idle between requests: not a request
+		}
+		if !st.enter(phaseIdle, phaseReading) {
+			return // evicted
 		}
 		deadline := time.Now().Add(b.readTimeout)
 		c.SetReadDeadline(deadline)
-		ch := &charge{b: b, deadline: deadline}
+		ch := &charge{b: b, st: st, deadline: deadline}
 		req, err := readRequest(w.br, w, ch.take)
 		c.SetReadDeadline(time.Time{})
+		if err == nil && !st.enter(phaseReading, phaseBusy) {
+			err = io.ErrUnexpectedEOF // evicted just as the request was complete
+		}
 		if err != nil {
 			ch.release()
+			if st.evicted() {
+				b.refuse(w, "", newRequestID(), "", "", refuse(ReasonEvicted, 503,
+					"the broker was at its connection or memory limit and this request was the slowest to arrive; it was dropped to admit another"))
+				return
+			}
 			var fe *frontError
 			if !errors.As(err, &fe) {
 				return
@@ -444,7 +474,7 @@ func (b *Broker) serveConn(c net.Conn) {
 		w.charge = ch
 		keep := b.handle(w, req)
 		ch.release()
-		if !keep || req.close {
+		if !keep || req.close || !st.enter(phaseBusy, phaseIdle) {
 			return
 		}
 	}
