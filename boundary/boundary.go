@@ -169,11 +169,20 @@ type Mechanisms struct {
 
 // LimitsStatus says which resource limits hold, and why not where not.
 type LimitsStatus struct {
-	Memory    bool   `json:"memory"`
-	Pids      bool   `json:"pids"`
-	OpenFiles bool   `json:"open_files"`
-	Detail    string `json:"detail,omitempty"`
+	Memory    bool `json:"memory"`
+	Pids      bool `json:"pids"`
+	OpenFiles bool `json:"open_files"`
+	// Disk is whether the workload's disk use in its read_write grants is
+	// limited. No backend limits it yet; DiskDetail says so, always.
+	Disk       bool   `json:"disk"`
+	DiskDetail string `json:"disk_detail"`
+	Detail     string `json:"detail,omitempty"`
 }
+
+// DiskUnlimited is the DiskDetail of every backend today: a quota would
+// need a workspace on a size-capped file system that moat mounts, which
+// none does.
+const DiskUnlimited = "workspace disk use is not limited: the workload can fill the file system that holds its read_write grants"
 
 // Attribution identifies the process behind a broker connection, or says
 // why it cannot.

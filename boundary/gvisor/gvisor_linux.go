@@ -485,7 +485,7 @@ func (s *sandbox) Mechanisms() boundary.Mechanisms { return mechanisms }
 func (s *sandbox) HostPID() int { return s.sandboxPID }
 
 func (s *sandbox) Limits() boundary.LimitsStatus {
-	return boundary.LimitsStatus{OpenFiles: s.pol.Process.Limits.OpenFiles > 0,
+	return boundary.LimitsStatus{OpenFiles: s.pol.Process.Limits.OpenFiles > 0, DiskDetail: boundary.DiskUnlimited,
 		Detail: "memory and pids limits are not configured for runsc on this host"}
 }
 

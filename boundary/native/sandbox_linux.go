@@ -414,7 +414,11 @@ func (sb *sandbox) HostPID() int {
 }
 
 // Limits reports which resource limits hold.
-func (sb *sandbox) Limits() boundary.LimitsStatus { return sb.limits }
+func (sb *sandbox) Limits() boundary.LimitsStatus {
+	l := sb.limits
+	l.DiskDetail = boundary.DiskUnlimited
+	return l
+}
 
 // Terminate kills the init (the PID namespace takes every other process
 // with it), reaps it, and releases the listener and cgroups. Idempotent.
