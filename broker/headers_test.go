@@ -2,6 +2,7 @@ package broker
 
 import (
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -100,4 +101,35 @@ func TestHeaderRefusals(t *testing.T) {
 		})
 	}
 	h.mustSucceed() // positive control in the same setup
+}
+
+// FuzzCanonicalBetas: whatever the header holds, an accepted value is
+// forwarded in the one canonical form: allowed names only, each once, in
+// allowedBetas order, joined by "," alone; and that form maps to itself.
+func FuzzCanonicalBetas(f *testing.F) {
+	for _, s := range []string{"interleaved-thinking-2025-05-14", "prompt-caching-2024-07-31 ,\tinterleaved-thinking-2025-05-14",
+		"a,,b", ",", "", "context-1m-2025-08-07,context-1m-2025-08-07", "files-api-2025-04-14"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		out, fe := canonicalBetas("anthropic-beta", v)
+		if fe != nil {
+			if out != "" {
+				t.Errorf("refused %q but returned %q", v, out)
+			}
+			return
+		}
+		names := strings.Split(out, ",")
+		last := -1
+		for _, n := range names {
+			i := slices.Index(allowedBetas, n)
+			if i <= last {
+				t.Fatalf("canonical form %q of %q: %q unknown, repeated or out of order", out, v, n)
+			}
+			last = i
+		}
+		if again, fe := canonicalBetas("anthropic-beta", out); fe != nil || again != out {
+			t.Errorf("canonical form %q is not a fixed point: %q, %v", out, again, fe)
+		}
+	})
 }
