@@ -3,6 +3,8 @@ package broker
 import (
 	"bufio"
 	"bytes"
+	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -105,6 +107,127 @@ func FuzzSSEUsage(f *testing.F) {
 		b.feed(data[split:])
 		if a.u != b.u {
 			t.Fatalf("split at %d: %+v, whole: %+v", split, b.u, a.u)
+		}
+	})
+}
+
+// FuzzReflection composes the transformations the guard covers (case,
+// one encoding, JSON escapes up to maxEscapeDepth, splits across SSE
+// events, content blocks and headers, compression up to
+// maxCompressionDepth) and checks the guard's property: the key is always
+// detected, and a streamed response releases nothing from which the
+// independent client oracle (oracle_test.go) rebuilds the key before the
+// guard fires. The release rule is stream's: bytes up to scanner.safe.
+// The seed corpus is in testdata/fuzz/FuzzReflection.
+func FuzzReflection(f *testing.F) {
+	f.Add(uint64(0), uint8(0), uint8(0), uint8(0), uint8(0), []byte{10})
+	f.Add(uint64(0xffff), uint8(1), uint8(2), uint8(1), uint8(1), []byte{3, 40, 7})
+	f.Add(uint64(0x5a5a), uint8(9), uint8(3), uint8(0), uint8(2), []byte{1, 2, 3, 4, 5})
+	f.Add(uint64(1), uint8(4), uint8(1), uint8(2), uint8(3), []byte{17})
+	f.Add(uint64(7), uint8(5), uint8(4), uint8(3), uint8(0), []byte{200, 9, 33})
+	f.Fuzz(func(t *testing.T, caseMask uint64, enc, depth, comp, shape uint8, cuts []byte) {
+		const cred = testCred
+		k := []byte(cred)
+		for i := range k {
+			if caseMask>>(i%64)&1 == 1 {
+				switch {
+				case 'a' <= k[i] && k[i] <= 'z':
+					k[i] -= 'a' - 'A'
+				case 'A' <= k[i] && k[i] <= 'Z':
+					k[i] += 'a' - 'A'
+				}
+			}
+		}
+		prefix := strings.Repeat("p", int(enc/8)%3)
+		var text string
+		switch enc % 8 {
+		case 0, 7:
+			text = string(k)
+		case 1:
+			text = b64(prefix, string(k), base64.StdEncoding)
+		case 2:
+			text = b64(prefix, string(k), base64.RawURLEncoding)
+		case 3:
+			text = hex.EncodeToString(k)
+		case 4:
+			text = strings.ToUpper(hex.EncodeToString(k))
+		case 5:
+			text = pctAll(string(k))
+		case 6:
+			text = strings.ToLower(pctAll(string(k)))
+		}
+		text = nestU(text, int(depth)%maxEscapeDepth) // the JSON string adds one level
+		var pieces []string
+		last := 0
+		for _, c := range cuts {
+			if len(pieces) >= 8 {
+				break
+			}
+			at := last + int(c)%(len(text)-last+1)
+			pieces = append(pieces, text[last:at])
+			last = at
+		}
+		pieces = append(pieces, text[last:])
+		layers := int(comp) % (maxCompressionDepth + 1)
+		var body []byte
+		switch shape % 4 {
+		case 0, 1: // SSE deltas, in one block or one block per piece
+			evs := []string{aStart}
+			for i, p := range pieces {
+				evs = append(evs, aDelta(int(shape%4)*i, p))
+			}
+			body = []byte(strings.Join(append(evs, aStop), ""))
+		case 2: // one content block per piece
+			body = []byte(msg(pieces...))
+		case 3: // one header per piece
+			h := http.Header{}
+			for i, p := range pieces {
+				h.Add(fmt.Sprintf("X-P%d", i), p)
+			}
+			if len(pieces) > 2 {
+				return // the guard pairs values; longer chains are in sorted order only
+			}
+			if !headReflects(cred, "200 OK", h) {
+				t.Fatalf("key in headers %q not detected", pieces)
+			}
+			return
+		}
+		for i := 0; i < layers; i++ {
+			body = gz(body)
+		}
+		if layers > 0 || shape%4 == 2 {
+			hit, _, err := inspectLayers(cred, body, maxCompressionDepth)
+			if !hit {
+				t.Fatalf("key not detected (layers %d, err %v) in %q", layers, err, body)
+			}
+			return
+		}
+		// Stream: feed in reads cut at the same points, release as stream does.
+		sc := newScanner(cred)
+		var released []byte
+		hit := false
+		for off, i := 0, 0; off < len(body) && !hit; i++ {
+			n := len(body)
+			if len(cuts) > 0 {
+				n = 1 + int(cuts[i%len(cuts)])*7
+			}
+			if off+n > len(body) {
+				n = len(body) - off
+			}
+			hit = sc.Write(body[off : off+n])
+			off += n
+			if !hit {
+				released = append(released, body[len(released):sc.safe]...)
+			}
+		}
+		if !hit {
+			hit = sc.Close()
+		}
+		if !hit {
+			t.Fatalf("key not detected in stream %q", body)
+		}
+		if clientRecovers(cred, released) {
+			t.Fatalf("the client rebuilds the key from %q, released before the guard fired", released)
 		}
 	})
 }

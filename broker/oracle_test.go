@@ -28,9 +28,10 @@ const oracleDepth = 4
 // bytes a worker read from the broker (an HTTP response, perhaps cut off).
 func clientRecovers(cred string, received []byte) bool {
 	texts := []string{string(received)}
-	head, body := received, []byte(nil)
+	body := received
 	if i := bytes.Index(received, []byte("\r\n\r\n")); i >= 0 {
-		head, body = received[:i], received[i+4:]
+		head := received[:i]
+		body = received[i+4:]
 		texts = append(texts, headerTexts(head)...)
 		if bytes.Contains(bytes.ToLower(head), []byte("transfer-encoding: chunked")) {
 			body = dechunk(body)
