@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -184,7 +185,6 @@ func (sb *sandbox) startInit(ctx context.Context, cfg *initConfig, hostUID, host
 		return fmt.Errorf("native: opening the moat binary: %w", err)
 	}
 	defer exe.Close()
-	root := os.Geteuid() == 0
 	cmd := &exec.Cmd{
 		Path:       "/proc/self/fd/" + strconv.Itoa(initExeFD),
 		Args:       []string{"moat", initHelper},
@@ -194,17 +194,19 @@ func (sb *sandbox) startInit(ctx context.Context, cfg *initConfig, hostUID, host
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
 				unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP,
-			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostUID, Size: 1}},
-			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostGID, Size: 1}},
-			GidMappingsEnableSetgroups: root, // as root, drop root's supplementary groups
-			Credential:                 &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: !root},
-			Pdeathsig:                  syscall.SIGKILL,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostUID, Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: hostGID, Size: 1}},
+			// The fork runs as hostUID without supplementary groups
+			// (startOwned), so the maps are written unprivileged and
+			// setgroups is denied in the namespace.
+			Credential: &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true},
+			Pdeathsig:  syscall.SIGKILL,
 		},
 	}
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread ends with the sandbox
-		err := startDumpable(cmd)
+		err := startOwned(cmd, hostUID, hostGID)
 		started <- err
 		if err != nil {
 			return
@@ -250,22 +252,77 @@ func (sb *sandbox) startInit(ctx context.Context, cfg *initConfig, hostUID, host
 
 func init() { boundary.Register(backend{}) }
 
-// dumpMu serializes the moments when a rootless supervisor is dumpable.
+// dumpMu serializes the moments when the supervisor is dumpable.
 var dumpMu sync.Mutex
 
-// startDumpable starts cmd. The supervisor is not dumpable, which makes
-// /proc/<child>/uid_map root's; rootless, the supervisor could not write
-// the child's id maps. So it is dumpable for the duration of the fork,
-// and only then.
-func startDumpable(cmd *exec.Cmd) error {
-	if os.Geteuid() == 0 {
-		return cmd.Start()
-	}
+// startOwned starts cmd, which makes a new user namespace, so that the
+// namespace is owned by hostUID, never by host root: the kernel charges a
+// namespace's object counters (inotify, fanotify, …) to its owner, and a
+// root-owned sandbox could use up root's. It must run on a locked OS
+// thread: as root, that thread alone takes hostUID/hostGID as effective
+// ids, with no supplementary groups, for the clone (raw syscalls: Go's
+// Setresuid would change every thread), and gets root back after.
+//
+// The supervisor is not dumpable, which makes /proc/<child>/uid_map
+// root's; the fork's writer of the id maps (this thread, as hostUID)
+// could not open it. So it is dumpable for the duration of the fork, and
+// only then.
+func startOwned(cmd *exec.Cmd, hostUID, hostGID int) (err error) {
 	dumpMu.Lock()
 	defer dumpMu.Unlock()
+	if os.Geteuid() == 0 {
+		groups, err := unix.Getgroups()
+		if err != nil {
+			return err
+		}
+		if err := threadIDs(hostUID, hostGID, nil); err != nil {
+			threadIDs(0, 0, groups)
+			return fmt.Errorf("native: taking host uid %d for the fork: %w", hostUID, err)
+		}
+		defer func() {
+			if rerr := threadIDs(0, 0, groups); rerr != nil && err == nil {
+				err = fmt.Errorf("BUG: native: restoring root on the supervisor thread: %w", rerr)
+			}
+		}()
+	}
+	// After the id change, which resets dumpability; the change back
+	// resets it again.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0); err != nil {
 		return err
 	}
 	defer unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	return cmd.Start()
+}
+
+// threadIDs sets the calling thread's supplementary groups, effective gid
+// and effective uid (in the order that keeps the privilege to do each),
+// leaving the real and saved ids (root) alone. Going back to uid 0 comes
+// first, then the groups.
+func threadIDs(uid, gid int, groups []int) error {
+	keep := ^uintptr(0)
+	if uid == 0 {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, 0, keep); e != 0 {
+			return e
+		}
+	}
+	gs := make([]uint32, len(groups))
+	for i, g := range groups {
+		gs[i] = uint32(g)
+	}
+	var gp uintptr
+	if len(gs) > 0 {
+		gp = uintptr(unsafe.Pointer(&gs[0]))
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(gs)), gp, 0); e != 0 {
+		return e
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, keep, uintptr(gid), keep); e != 0 {
+		return e
+	}
+	if uid != 0 {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, uintptr(uid), keep); e != 0 {
+			return e
+		}
+	}
+	return nil
 }

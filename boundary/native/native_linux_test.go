@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -600,6 +601,40 @@ func TestProcMasked(t *testing.T) {
 	for _, p := range []string{"/proc/meminfo", "/proc/cmdline", "/proc/loadavg"} {
 		if b, err := os.ReadFile(p); err != nil || len(b) == 0 {
 			t.Errorf("control: the host's %s reads %d bytes, %v", p, len(b), err)
+		}
+	}
+}
+
+// nsGetOwnerUID is NS_GET_OWNER_UID, _IO(0xb7, 0x4).
+const nsGetOwnerUID = 0xb704
+
+// TestUserNSOwner: the sandbox's user namespace is owned by the
+// workload's host uid, never by host root (the kernel charges the
+// namespace's object counters to its owner); rootless, by the caller.
+func TestUserNSOwner(t *testing.T) {
+	f := newFixture(t)
+	sb := f.prepare(t)
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", sb.HostPID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	var uid uint32
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, ns.Fd(), nsGetOwnerUID, uintptr(unsafe.Pointer(&uid))); e != 0 {
+		t.Fatalf("NS_GET_OWNER_UID: %v", e)
+	}
+	want := uint32(os.Geteuid())
+	if want == 0 {
+		want = nobodyID
+	}
+	if uid != want {
+		t.Errorf("user namespace owner: got uid %d, want %d", uid, want)
+	}
+	// The supervisor's own thread is root again (as root), and the
+	// process has its groups back.
+	if os.Geteuid() == 0 {
+		if _, eu, _ := unix.Getresuid(); eu != 0 {
+			t.Errorf("after Prepare this thread's euid is %d", eu)
 		}
 	}
 }
