@@ -406,3 +406,72 @@ func parseRaw(t *testing.T, got string) result {
 	r.body = body
 	return r
 }
+
+// TestStreamHoldBack measures the streaming hold-back: fed one byte at a
+// time, the guard holds at most the event in progress, and releases each
+// event as soon as its blank line arrives.
+func TestStreamHoldBack(t *testing.T) {
+	evs := anthropicStream("claude-test")
+	body := strings.Join(evs, "")
+	sc := newScanner(testCred)
+	var released, maxHeld int64
+	ends := map[int64]bool{}
+	var off int64
+	for _, e := range evs {
+		off += int64(len(e))
+		ends[off] = true
+	}
+	maxEvent := 0
+	for _, e := range evs {
+		maxEvent = max(maxEvent, len(e))
+	}
+	for i := 0; i < len(body); i++ {
+		if sc.Write([]byte{body[i]}) {
+			t.Fatal("the guard fired on a clean stream")
+		}
+		released = sc.safe
+		held := int64(i+1) - released
+		maxHeld = max(maxHeld, held)
+		if ends[int64(i+1)] && held != 0 {
+			t.Errorf("after the blank line ending at byte %d, %d bytes still held", i+1, held)
+		}
+	}
+	if maxHeld > int64(maxEvent) {
+		t.Errorf("held %d bytes, more than the largest event (%d)", maxHeld, maxEvent)
+	}
+	t.Logf("hold-back: at most %d bytes (the largest event is %d bytes); 0 at every event boundary", maxHeld, maxEvent)
+}
+
+// BenchmarkScanner: the guard's cost per byte on a streamed answer (many
+// small text deltas) and on a buffered JSON answer.
+func BenchmarkScanner(b *testing.B) {
+	var sse strings.Builder
+	sse.WriteString(aStart)
+	for sse.Len() < 64<<10 {
+		sse.WriteString(aDelta(0, "Here is some ordinary streamed text, with \"quotes\"\n and numbers 12345. "))
+	}
+	sse.WriteString(aStop)
+	text := strings.Repeat("Here is some ordinary text, with \"quotes\"\n and numbers 12345. ", 1000)
+	body := msg(text)
+	b.Run("sse", func(b *testing.B) {
+		data := []byte(sse.String())
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			sc := newScanner(testCred)
+			for off := 0; off < len(data); off += 512 {
+				sc.Write(data[off:min(off+512, len(data))])
+			}
+			if sc.Close() {
+				b.Fatal("hit")
+			}
+		}
+	})
+	b.Run("json", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			if hit, _, _ := inspectLayers(testCred, []byte(body), maxCompressionDepth); hit {
+				b.Fatal("hit")
+			}
+		}
+	})
+}
