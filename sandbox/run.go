@@ -23,6 +23,7 @@ import (
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/internal/fsutil"
 	"github.com/moat-sandbox/moat/internal/runinfo"
+	"github.com/moat-sandbox/moat/internal/term"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -44,6 +45,11 @@ type RunOptions struct {
 	Stdin       io.Reader
 	Stdout      io.Writer
 	Stderr      io.Writer
+	// Terminal gives the workload a pty that moat allocates and relays to
+	// Stdin and Stdout, which must then be *os.File (see internal/term):
+	// set when moat's stdin or stdout is a terminal, so that the caller's
+	// terminal never enters the sandbox.
+	Terminal bool
 	// Explain, when set, receives the measured properties with their
 	// mechanisms once confirmation is done.
 	Explain io.Writer
@@ -110,7 +116,34 @@ func Run(ctx context.Context, o RunOptions) (int, error) {
 }
 
 func (s *Session) runMain(ctx context.Context, o RunOptions, ri *runinfo.Target) (code int, reason string, err error) {
-	id, proc, err := s.Start(ctx, o.Argv, o.Stdin, o.Stdout, o.Stderr, nil)
+	// Signals are caught before the terminal goes raw, so that none of
+	// them ends moat with the caller's terminal left raw; one that comes
+	// before the workload starts is forwarded once it has.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	var relay *term.Relay
+	if o.Terminal {
+		in, ok1 := o.Stdin.(*os.File)
+		out, ok2 := o.Stdout.(*os.File)
+		if !ok1 || !ok2 {
+			return ExitRefused, "failed", errors.New("a terminal for the workload needs moat's stdin and stdout as files")
+		}
+		if relay, err = term.Start(in, out); err != nil {
+			return ExitRefused, "failed", fmt.Errorf("terminal: %w", err)
+		}
+		// Deferred after signal.Stop's defer, so it runs first: the
+		// caller's terminal is restored on every return.
+		defer relay.Stop()
+	}
+	var tty *os.File
+	if relay != nil {
+		tty = relay.Slave()
+	}
+	id, proc, err := s.Start(ctx, o.Argv, o.Stdin, o.Stdout, o.Stderr, tty)
+	if relay != nil {
+		relay.CloseSlave()
+	}
 	if err != nil {
 		if code := startCode(err); code != ExitRefused {
 			return code, "exec_failed", err
@@ -128,9 +161,9 @@ func (s *Session) runMain(ctx context.Context, o RunOptions, ri *runinfo.Target)
 			return ExitRefused, "failed", err
 		}
 	}
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sigs)
+	if relay != nil {
+		relay.SetOnSignal(func(sig os.Signal) { proc.Signal(sig) })
+	}
 	done := make(chan struct{})
 	var werr error
 	go func() { code, werr = proc.Wait(); close(done) }()
@@ -147,6 +180,13 @@ loop:
 			proc.Signal(syscall.SIGKILL)
 		case <-ctx.Done():
 			proc.Signal(syscall.SIGKILL)
+		}
+	}
+	if relay != nil {
+		// The workload's last output, then the caller's terminal back
+		// before moat says anything more.
+		if err := relay.Stop(); err != nil {
+			fmt.Fprintf(o.Stderr, "moat: terminal: %v\n", err)
 		}
 	}
 	if werr != nil {
@@ -240,11 +280,14 @@ func explain(w io.Writer, backend string, p boundary.Properties, l boundary.Limi
 		}
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "  limits: memory=%v pids=%v open_files=%v", l.Memory, l.Pids, l.OpenFiles)
+	fmt.Fprintf(w, "  limits: memory=%v pids=%v open_files=%v disk=%v", l.Memory, l.Pids, l.OpenFiles, l.Disk)
 	if l.Detail != "" {
 		fmt.Fprintf(w, " (%s)", l.Detail)
 	}
 	fmt.Fprintln(w)
+	if l.DiskDetail != "" {
+		fmt.Fprintf(w, "  disk: %s\n", l.DiskDetail)
+	}
 }
 
 // startCode maps a backend's start failure to docker run's exit codes:

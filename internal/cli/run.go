@@ -9,6 +9,7 @@ import (
 
 	_ "github.com/moat-sandbox/moat/boundary/gvisor" // registers the gvisor backend
 	_ "github.com/moat-sandbox/moat/boundary/native" // registers the native backend
+	"github.com/moat-sandbox/moat/internal/term"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/sandbox"
 )
@@ -45,6 +46,9 @@ the command cannot be executed; 127 when it is not found.`,
 			opts := sandbox.RunOptions{
 				Policy: pol, Backend: backend, Argv: args, RunInfoPath: runInfo,
 				Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+				// The workload gets a pty of its own, relayed, whenever
+				// moat is on a terminal: the caller's never enters.
+				Terminal: term.IsTerminal(os.Stdin) || term.IsTerminal(os.Stdout),
 			}
 			if explain {
 				opts.Explain = os.Stderr
