@@ -159,7 +159,7 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, getenv func(str
 	}
 	props, rep, err := measure.Confirm(ctx, sb, measure.Config{
 		BrokerPort: li.Port, ReadWrite: pol.Filesystem.ReadWrite, ReadOnly: pol.Filesystem.ReadOnly,
-		HostSecrets: secrets, RequireAttribution: pol.Inference.RequireAttribution,
+		HostSecrets: secrets, RequireAttribution: pol.Inference.RequireAttribution, Reaper: s.reaper,
 	})
 	s.Properties = props
 	s.checks = checksOf(rep)

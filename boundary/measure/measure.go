@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json"
+
+	"github.com/moat-sandbox/moat/internal/reaper"
 )
 
 // HelperName is the hidden reexec entry point of the in-sandbox side.
@@ -58,6 +60,9 @@ type Config struct {
 	// the abstract namespace, else an absolute path) that it must not
 	// reach. Confirm adds its own receivers to all three lists.
 	ExtraUnixSockets []string
+	// Reaper, when not nil, is told of the receivers' sockets in the
+	// grants, so that they are removed even if moat dies mid-measurement.
+	Reaper *reaper.Reaper
 	// ExtraUnixDgram are pathname datagram sockets outside the sandbox
 	// that it must not send to. Confirm adds one per read-write grant.
 	ExtraUnixDgram []string

@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+
+	"github.com/moat-sandbox/moat/internal/reaper"
 )
 
 // maxUnixPath is the longest pathname a Unix socket address holds (sun_path
@@ -22,12 +24,13 @@ const maxUnixPath = 107
 // namespace keeps a process from connecting to one). Every one of them
 // must observe nothing.
 type receivers struct {
-	tcp   net.Listener
-	udp   net.PacketConn
-	unix  []net.Listener
-	dgram []net.PacketConn
-	paths []string // socket files to remove
-	notes []string // receivers that could not be set up, and why
+	tcp    net.Listener
+	udp    net.PacketConn
+	unix   []net.Listener
+	dgram  []net.PacketConn
+	paths  []string // socket files to remove
+	reaper *reaper.Reaper
+	notes  []string // receivers that could not be set up, and why
 
 	mu       sync.Mutex
 	observed []string
@@ -47,7 +50,7 @@ func (r *receivers) saw(what string) {
 
 // startReceivers opens the receivers and adds them to cfg's targets.
 func startReceivers(cfg *Config, nonce string) *receivers {
-	r := &receivers{}
+	r := &receivers{reaper: cfg.Reaper}
 	if ln, err := net.Listen("tcp4", "127.0.0.1:0"); err == nil {
 		r.tcp = ln
 		cfg.ExtraTCPPorts = append(cfg.ExtraTCPPorts[:len(cfg.ExtraTCPPorts):len(cfg.ExtraTCPPorts)], ln.Addr().(*net.TCPAddr).Port)
@@ -94,6 +97,7 @@ func startReceivers(cfg *Config, nonce string) *receivers {
 		if !strings.HasPrefix(s, "@") {
 			ln.(*net.UnixListener).SetUnlinkOnClose(true)
 			r.paths = append(r.paths, s)
+			cfg.Reaper.OwnFile(s)
 			os.Chmod(s, 0o777) // only the sandbox's walls may stop a connection, not its mode
 		}
 		r.unix = append(r.unix, ln)
@@ -116,6 +120,7 @@ func startReceivers(cfg *Config, nonce string) *receivers {
 		}
 		os.Chmod(s, 0o777)
 		r.paths = append(r.paths, s)
+		cfg.Reaper.OwnFile(s)
 		r.dgram = append(r.dgram, pc)
 		cfg.ExtraUnixDgram = append(cfg.ExtraUnixDgram[:len(cfg.ExtraUnixDgram):len(cfg.ExtraUnixDgram)], s)
 		r.wg.Add(1)
@@ -172,6 +177,7 @@ func (r *receivers) close() Check {
 	r.wg.Wait()
 	for _, p := range r.paths {
 		os.Remove(p) // in case unlink-on-close did not run
+		r.reaper.Done(p)
 	}
 	c := Check{Property: PropEgress, Name: checkReceivers, Kind: KindViolation, Outcome: OutcomeFailed}
 	r.mu.Lock()

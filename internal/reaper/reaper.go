@@ -8,13 +8,15 @@
 // keeps it open). moat writes one line per thing it made and one when it
 // removed that thing itself:
 //
-//	own <tab> tree|dir <tab> <absolute path>
+//	own <tab> tree|dir|file <tab> <absolute path>
 //	done <tab> <absolute path>
 //
 // End of file on the pipe means moat is gone (the kernel closes the write
 // end whatever the cause of death). The reaper then removes what is still
 // owned: a tree with os.RemoveAll (which never follows symlinks), a
-// directory (a cgroup) with rmdir, retried while its last tasks exit. The
+// directory (a cgroup) with rmdir, retried while its last tasks exit, a
+// file (the measurement's sockets in a grant) with unlink, which removes
+// a symlink put in its place, never its target. The
 // sandbox's own processes die with moat (Pdeathsig, PID namespace), so a
 // cgroup empties within moments.
 package reaper
@@ -89,6 +91,10 @@ func (rp *Reaper) Own(path string, tree bool) error {
 	return rp.send("own\t" + kind + "\t" + path)
 }
 
+// OwnFile says that the file (or socket) at path is to be unlinked if moat
+// dies before Done(path).
+func (rp *Reaper) OwnFile(path string) error { return rp.send("own\tfile\t" + path) }
+
 // Done says that moat removed path itself.
 func (rp *Reaper) Done(path string) error { return rp.send("done\t" + path) }
 
@@ -124,6 +130,7 @@ func (rp *Reaper) send(line string) error {
 type entry struct {
 	path string
 	tree bool
+	file bool
 }
 
 // helperMain reads records until moat is gone, then removes what is owned.
@@ -145,9 +152,9 @@ func read(r io.Reader) ([]entry, error) {
 	for sc.Scan() {
 		f := strings.Split(sc.Text(), "\t")
 		switch {
-		case len(f) == 3 && f[0] == "own" && (f[1] == "tree" || f[1] == "dir") && clean(f[2]):
+		case len(f) == 3 && f[0] == "own" && (f[1] == "tree" || f[1] == "dir" || f[1] == "file") && clean(f[2]):
 			if len(owned) < maxEntries {
-				owned = append(owned, entry{path: f[2], tree: f[1] == "tree"})
+				owned = append(owned, entry{path: f[2], tree: f[1] == "tree", file: f[1] == "file"})
 			}
 		case len(f) == 2 && f[0] == "done":
 			for i, e := range owned {
@@ -184,9 +191,14 @@ func remove(owned []entry) int {
 	for i := len(owned) - 1; i >= 0; i-- {
 		e := owned[i]
 		var err error
-		if e.tree {
+		switch {
+		case e.tree:
 			err = os.RemoveAll(e.path)
-		} else {
+		case e.file:
+			if err = syscall.Unlink(e.path); errors.Is(err, os.ErrNotExist) {
+				err = nil
+			}
+		default:
 			for range rmdirTries {
 				if err = syscall.Rmdir(e.path); err == nil || errors.Is(err, os.ErrNotExist) {
 					err = nil
