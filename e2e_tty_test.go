@@ -1,3 +1,5 @@
+//go:build linux
+
 package moat_test
 
 import (
@@ -264,5 +266,72 @@ func TestRunTerminalRestoredOnEveryExit(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// moat sandbox exec on a terminal uses the same relay: the process is on
+// a pty of the client's, the caller's terminal stays as it was, and a
+// signal to the client (and ^C typed) reaches the process.
+func TestSandboxExecTerminalIsRelayed(t *testing.T) {
+	e := newEnv(t)
+	pol := ttyPolicy(e)
+	if r := e.moat("sandbox", "create", "--name", "tty", "--policy", pol); r.code != 0 {
+		t.Fatalf("create: %s", r)
+	}
+	defer e.moat("sandbox", "delete", "tty")
+	p := newTestTTY(t)
+	before := p.state(t)
+	cmd := e.command("sandbox", "exec", "tty", "--tty", "--", "sh", "-c", ttyScript)
+	p.start(t, cmd)
+	defer cmd.Process.Kill()
+	var out bytes.Buffer
+	p.readUntil(t, &out, "size ", 60*time.Second)
+	p.readUntil(t, &out, "\n", 5*time.Second)
+	p.emu.Write([]byte("hello\r"))
+	p.readUntil(t, &out, "messed up", 30*time.Second)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exec: %v; terminal:\n%s", err, out.String())
+	}
+	s := out.String()
+	for _, want := range []string{"isatty yes", "size 31 97", "got hello"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("the terminal does not show %q:\n%s", want, s)
+		}
+	}
+	if after := p.state(t); after != before {
+		t.Errorf("the caller's terminal changed:\nbefore %+v\nafter  %+v", before, after)
+	}
+	for _, tc := range []struct {
+		name string
+		act  func(cmd *exec.Cmd)
+		code int
+	}{
+		{"SIGTERM to the client", func(cmd *exec.Cmd) { cmd.Process.Signal(syscall.SIGTERM) }, 42},
+		{"^C typed", func(*exec.Cmd) { p.emu.Write([]byte{3}) }, 43},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := p.state(t)
+			cmd := e.command("sandbox", "exec", "tty", "--", "sh", "-c",
+				ttyMess+`trap 'exit 42' TERM; trap 'exit 43' INT; echo ready; while :; do sleep 0.1; done`)
+			p.start(t, cmd)
+			defer cmd.Process.Kill()
+			var out bytes.Buffer
+			p.readUntil(t, &out, "ready", 30*time.Second)
+			time.Sleep(200 * time.Millisecond)
+			tc.act(cmd)
+			done := make(chan struct{})
+			go func() { cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("the client did not exit; terminal:\n%q", out.String())
+			}
+			if got := cmd.ProcessState.ExitCode(); got != tc.code {
+				t.Errorf("exit %d, want %d; terminal:\n%q", got, tc.code, out.String())
+			}
+			if after := p.state(t); after != before {
+				t.Errorf("the caller's terminal changed:\nbefore %+v\nafter  %+v", before, after)
+			}
+		})
 	}
 }

@@ -149,21 +149,6 @@ func (sv *supervisor) serve(ctx context.Context) {
 	}
 }
 
-// sameUser checks the peer's credentials: only the owning user (or root)
-// may control a sandbox. The socket's 0600 mode and 0700 directory say the
-// same; this is the second check.
-func sameUser(c *net.UnixConn) bool {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return false
-	}
-	var cred *syscall.Ucred
-	raw.Control(func(fd uintptr) {
-		cred, _ = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
-	})
-	return cred != nil && (int(cred.Uid) == os.Geteuid() || cred.Uid == 0)
-}
-
 func (sv *supervisor) handle(ctx context.Context, c *net.UnixConn) {
 	keep := false
 	defer func() {
@@ -213,6 +198,12 @@ func (sv *supervisor) handle(ctx context.Context, c *net.UnixConn) {
 		case sv.done <- "deleted":
 		default:
 		}
+	case "signal":
+		if err := sv.sess.Signal(req.ID, syscall.Signal(req.Signal)); err != nil {
+			reply(c, execReply{Error: err.Error()})
+			return
+		}
+		reply(c, execReply{})
 	case "exec":
 		if len(files) != 3 {
 			reply(c, execReply{Error: "exec needs the client's stdin, stdout and stderr"})
