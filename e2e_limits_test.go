@@ -3,7 +3,9 @@
 package moat_test
 
 import (
+	"encoding/base64"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,5 +34,47 @@ func TestDiskLimitStated(t *testing.T) {
 	}
 	if s, _ := info.Limits["disk_detail"].(string); !strings.Contains(s, "not limited") {
 		t.Errorf("run info limits.disk_detail = %q", s)
+	}
+}
+
+// TestRefusalLimitEndsRun: past inference.max_refusals the run ends with
+// exit 125 and run.terminated says refusal_limit (not a bare
+// "cancelled"); the control: the allowed request before it went through.
+func TestRefusalLimitEndsRun(t *testing.T) {
+	e := newEnv(t)
+	p, ptls := newProvider(t, false), newProvider(t, true)
+	pol := strings.Replace(readFile(t, e.brokerPolicy(p, ptls)), "  max_requests: 64\n", "  max_requests: 64\n  max_refusals: 2\n", 1)
+	path := e.dir + "/refusals.yaml"
+	writeFile(t, path, pol)
+	r, journal := e.runWithProvider(path, []*provider{p, ptls}, "sdk-anthropic=claude-e2e",
+		"sdk-anthropic=claude-not-allowed", "sdk-anthropic=claude-not-allowed", "sdk-anthropic=claude-not-allowed")
+	if r.code != 125 {
+		t.Fatalf("exit %d, want 125\n%s", r.code, r)
+	}
+	if len(p.seen()) != 1 {
+		t.Errorf("control: the provider saw %d requests, want the allowed one", len(p.seen()))
+	}
+	lines := strings.Split(strings.TrimSpace(readFile(t, journal)), "\n")
+	var env struct {
+		Payload string `json:"payload"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &env); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := base64.StdEncoding.DecodeString(env.Payload)
+	var rec struct {
+		Type   string `json:"type"`
+		Reason string `json:"reason"`
+	}
+	json.Unmarshal(b, &rec)
+	if rec.Type != "run.terminated" || rec.Reason != "refusal_limit" {
+		t.Errorf("last record %s reason %q, want run.terminated refusal_limit", rec.Type, rec.Reason)
+	}
+}
+
+func writeFile(t *testing.T, p, s string) {
+	t.Helper()
+	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -167,7 +167,7 @@ func (s *Session) runMain(ctx context.Context, o RunOptions, ri *runinfo.Target)
 	done := make(chan struct{})
 	var werr error
 	go func() { code, werr = proc.Wait(); close(done) }()
-	var fatalMsg string
+	var fatal Fatal
 loop:
 	for {
 		select {
@@ -175,7 +175,7 @@ loop:
 			break loop
 		case sig := <-sigs:
 			proc.Signal(sig)
-		case fatalMsg = <-s.fatal:
+		case fatal = <-s.fatal:
 			// Credential reflection or an audit fault: stop all effects.
 			proc.Signal(syscall.SIGKILL)
 		case <-ctx.Done():
@@ -195,13 +195,17 @@ loop:
 	if err := s.Exited(id, code); err != nil {
 		return ExitRefused, "failed", fmt.Errorf("journal: %w", err)
 	}
-	if fatalMsg == "" {
-		if err := s.Failed(); err != nil {
-			fatalMsg = err.Error()
+	if fatal.Msg == "" {
+		select {
+		case fatal = <-s.fatal: // the workload exited first
+		default:
+			if err := s.Failed(); err != nil {
+				fatal = Fatal{Reason: "cancelled", Msg: err.Error()}
+			}
 		}
 	}
-	if fatalMsg != "" {
-		return ExitRefused, "cancelled", fmt.Errorf("run cancelled: %s", fatalMsg)
+	if fatal.Msg != "" {
+		return ExitRefused, fatal.TerminalReason(), fmt.Errorf("run cancelled: %s", fatal)
 	}
 	return code, "completed", nil
 }

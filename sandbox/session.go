@@ -51,7 +51,7 @@ type Session struct {
 	checks   []audit.Check
 	log      *slog.Logger // one line per broker decision, to moat's stderr
 	nproc    atomic.Int64
-	fatal    chan string
+	fatal    chan Fatal
 
 	mu      sync.Mutex
 	running map[string]boundary.Running // process id → process
@@ -66,7 +66,26 @@ func (s *Session) Sandbox() boundary.Sandbox { return s.sb }
 
 // Fatal delivers the reason once the broker stopped all effects
 // (credential reflection, audit fault).
-func (s *Session) Fatal() <-chan string { return s.fatal }
+func (s *Session) Fatal() <-chan Fatal { return s.fatal }
+
+// Fatal is why the broker stopped all effects: its reason code (e.g.
+// credential_reflected, audit_failure, refusal_limit) and the message.
+type Fatal struct {
+	Reason string
+	Msg    string
+}
+
+func (f Fatal) String() string { return f.Reason + ": " + f.Msg }
+
+// TerminalReason is run.terminated's reason for a run that this ended:
+// the limit itself for a run-wide cap, else "cancelled".
+func (f Fatal) TerminalReason() string {
+	switch f.Reason {
+	case broker.ReasonRefusalLimit, broker.ReasonJournalLimit:
+		return f.Reason
+	}
+	return "cancelled"
+}
 
 // Open opens the journal, prepares the sandbox, confirms it by measurement
 // and starts the broker. On error the journal (if it was opened) holds the
@@ -102,7 +121,7 @@ func Open(ctx context.Context, o SessionOptions) (*Session, error) {
 		return nil, fmt.Errorf("opening journal: %w", err)
 	}
 	fmt.Fprintf(stderr, "moat: run %s: journal %s (key fingerprint %s; pin it: moat audit verify %s --key-fingerprint %s)\n", runID, w.JournalPath(), w.KeyID(), runDir, w.KeyID())
-	s := &Session{RunID: runID, Backend: be.Name(), pol: pol, w: w, fatal: make(chan string, 1),
+	s := &Session{RunID: runID, Backend: be.Name(), pol: pol, w: w, fatal: make(chan Fatal, 1),
 		running: map[string]boundary.Running{}}
 	s.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	if err := s.open(ctx, be, getenv, o.Explain); err != nil {
@@ -191,7 +210,7 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, getenv func(str
 		Log:                    s.log,
 		OnFatal: func(reason string, err error) {
 			select {
-			case s.fatal <- fmt.Sprintf("%s: %v", reason, err):
+			case s.fatal <- Fatal{Reason: reason, Msg: err.Error()}:
 			default:
 			}
 		},

@@ -103,14 +103,14 @@ func supervisorMain(args []string) int {
 	case <-sigs:
 		reason = "terminated"
 	case f := <-sess.Fatal():
-		reason = "cancelled"
+		reason = f.TerminalReason()
 		fmt.Fprintf(os.Stderr, "moat: supervisor %s: run cancelled: %s\n", name, f)
 	}
 	ln.Close()
 	state.Phase = boundary.PhaseDeleting
 	writeState(dir, state)
 	code := 0
-	if reason == "cancelled" {
+	if reason != "deleted" && reason != "terminated" {
 		code = ExitRefused
 	}
 	sess.Close(code, reason)
