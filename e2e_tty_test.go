@@ -162,13 +162,21 @@ func TestRunTerminalIsRelayed(t *testing.T) {
 			p.start(t, cmd)
 			defer cmd.Process.Kill()
 			var out bytes.Buffer
+			if backend == "gvisor" {
+				// Typed ahead: inside gVisor stdin is a plain host file
+				// (see ttyBackends), and a read that finds nothing there
+				// yet ends the line empty.
+				p.emu.Write([]byte("hello\r"))
+			}
 			p.readUntil(t, &out, "size ", 60*time.Second)
 			p.readUntil(t, &out, "\n", 5*time.Second)
 			// moat's terminal is raw while it relays.
 			if st := p.state(t); st.termios.Lflag&(unix.ICANON|unix.ECHO|unix.ISIG) != 0 {
 				t.Errorf("the caller's terminal is not raw while relaying: lflag %#x", st.termios.Lflag)
 			}
-			p.emu.Write([]byte("hello\r"))
+			if backend == "native" {
+				p.emu.Write([]byte("hello\r"))
+			}
 			p.readUntil(t, &out, "messed up", 30*time.Second)
 			if err := cmd.Wait(); err != nil {
 				t.Fatalf("moat: %v; terminal:\n%s", err, out.String())

@@ -10,13 +10,16 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/internal/term"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -186,9 +189,13 @@ func List() ([]*State, error) {
 	return out, nil
 }
 
-// Exec runs argv in the sandbox with the caller's stdio (passed to the
-// supervisor as file descriptors) and returns its exit code.
-func Exec(ctx context.Context, name string, argv []string, tty bool, stdin, stdout, stderr *os.File) (int, error) {
+// Exec runs argv in the sandbox and returns its exit code. With tty, or
+// when stdin or stdout is a terminal, the process gets a pty of its own
+// that this client allocates and relays (internal/term), so that the
+// caller's terminal never enters the sandbox; otherwise it gets the
+// caller's stdio, passed to the supervisor as file descriptors. SIGINT,
+// SIGTERM and SIGHUP to the client are forwarded to the process.
+func Exec(ctx context.Context, name string, argv []string, tty bool, stdin, stdout, stderr *os.File) (code int, err error) {
 	if len(argv) == 0 {
 		return ExitRefused, &RefusedError{Msg: "no command given (usage: moat sandbox exec NAME -- CMD [ARG…])"}
 	}
@@ -207,10 +214,60 @@ func Exec(ctx context.Context, name string, argv []string, tty bool, stdin, stdo
 	if err != nil {
 		return ExitRefused, err
 	}
-	code := ExitRefused
+	dir := st.sandboxDir(name)
+	// Caught before a terminal goes raw; forwarded once the process runs.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	files := []*os.File{stdin, stdout, stderr}
+	var relay *term.Relay
+	if tty || term.IsTerminal(stdin) || term.IsTerminal(stdout) {
+		if relay, err = term.Start(stdin, stdout); err != nil {
+			return ExitRefused, fmt.Errorf("terminal: %w", err)
+		}
+		defer func() {
+			if rerr := relay.Stop(); rerr != nil && err == nil {
+				fmt.Fprintf(stderr, "moat: terminal: %v\n", rerr)
+			}
+		}()
+		sl := relay.Slave()
+		files, tty = []*os.File{sl, sl, sl}, true
+	}
+	var (
+		mu      sync.Mutex
+		started string
+		pending []os.Signal
+	)
+	forward := func(sig os.Signal) {
+		mu.Lock()
+		id := started
+		if id == "" {
+			pending = append(pending, sig)
+		}
+		mu.Unlock()
+		if id != "" {
+			control(dir, controlRequest{Op: "signal", ID: id, Signal: int(sig.(syscall.Signal))}, nil, func([]byte) bool { return false })
+		}
+	}
+	if relay != nil {
+		relay.SetOnSignal(forward)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case sig := <-sigs:
+				forward(sig)
+			case <-stop:
+				return
+			}
+		}
+	}()
+	code = ExitRefused
 	var failure string
-	err = control(st.sandboxDir(name), controlRequest{Op: "exec", Argv: argv, TTY: tty},
-		[]*os.File{stdin, stdout, stderr}, func(l []byte) bool {
+	err = control(dir, controlRequest{Op: "exec", Argv: argv, TTY: tty},
+		files, func(l []byte) bool {
 			var r execReply
 			if json.Unmarshal(l, &r) != nil {
 				return true
@@ -219,12 +276,28 @@ func Exec(ctx context.Context, name string, argv []string, tty bool, stdin, stdo
 				failure = r.Error
 				return false
 			}
+			if r.Started != "" {
+				if relay != nil {
+					relay.CloseSlave() // the supervisor holds its own copies
+				}
+				mu.Lock()
+				started = r.Started
+				early := pending
+				pending = nil
+				mu.Unlock()
+				for _, sig := range early {
+					go forward(sig)
+				}
+			}
 			if r.Exited {
 				code = r.Code
 				return false
 			}
 			return true
 		})
+	if relay != nil {
+		relay.Stop() // the last output, and the caller's terminal back
+	}
 	if err != nil {
 		return ExitRefused, err
 	}
@@ -275,9 +348,11 @@ func Delete(name string) (found bool, err error) {
 }
 
 type controlRequest struct {
-	Op   string   `json:"op"` // status | exec | delete
-	Argv []string `json:"argv,omitempty"`
-	TTY  bool     `json:"tty,omitempty"`
+	Op     string   `json:"op"` // status | exec | signal | delete
+	Argv   []string `json:"argv,omitempty"`
+	TTY    bool     `json:"tty,omitempty"`
+	ID     string   `json:"id,omitempty"`     // signal: the process, as exec's reply named it
+	Signal int      `json:"signal,omitempty"` // signal: its number
 }
 
 type statusReply struct {

@@ -149,7 +149,7 @@ func newSandboxExecCmd() *cobra.Command {
 			return exitCode(code)
 		},
 	}
-	cmd.Flags().BoolVar(&tty, "tty", false, "give the command this terminal")
+	cmd.Flags().BoolVar(&tty, "tty", false, "give the command a pty that moat relays (automatic when stdin or stdout is a terminal; the caller's terminal never enters the sandbox)")
 	return cmd
 }
 
