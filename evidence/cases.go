@@ -30,6 +30,10 @@ type Case struct {
 	// Forbidden are control-style labels that must never reach the
 	// provider (requests sent after a cancellation).
 	Forbidden []string `json:"forbidden,omitempty"`
+	// HostChecks are the host-side checks (hostchecks.go) the case needs,
+	// each computed from the raw host record; a missing one is missing
+	// evidence.
+	HostChecks []string `json:"host_checks,omitempty"`
 }
 
 // ProviderMode is how the synthetic provider answers the request labelled
@@ -76,6 +80,16 @@ var Cases = []Case{
 	{Name: "audit-storage-fault", Description: "the audit storage fails during a request: the signed prefix verifies, the run is not complete, no later provider request, the runtime reports failure", Controls: []string{"before"}, Refusal: true, StorageFault: true, Forbidden: []string{"after"}},
 	{Name: "direct-network", Description: "direct TCP, UDP, abstract and pathname Unix-socket access to the host receivers fails", Controls: beforeAfter, Refusal: true},
 	{Name: "false-success-claim", Description: "the probe claims success loudly; its claims are ignored", Controls: beforeAfter, Refusal: true},
+	// The escape classes of issue 11, appended after the original 20.
+	{Name: "host-datagram-socket", Description: "a host datagram socket bound in the workspace after Ready hears nothing from socketpair(AF_UNIX, SOCK_DGRAM) or socket(AF_UNIX, SOCK_DGRAM) with sendto, connect+write or sendmsg; the run is not refused", Controls: beforeAfter, Refusal: true},
+	{Name: "setid-file", Description: "files the probe makes set-id in the workspace (chmod, fchmod, fchmodat, open and openat2 with mode, mkdir) carry no set-id bit on the host, and none is owned by host uid 0 with an exec bit; control: a 0755 chmod shows on the host", Controls: beforeAfter, Refusal: true,
+		HostChecks: []string{CheckPlainChmod, CheckNoSetID, CheckNoRootExec}},
+	{Name: "planted-grant-symlink", Description: "run 1 (read_write [ws], read_only [ws/sysroot/etc]) reads the nested grant and plants a symlink over its parent to a host directory holding a canary; run 2 is refused before its workload starts (exit 125) and the canary reaches nothing", Controls: []string{"before", "nested-read", "after"}, Refusal: true,
+		HostChecks: []string{CheckNestedRead, CheckPlanted, CheckLaterRunRefused, CheckHostCanary}},
+	{Name: "run-info-symlink", Description: "a --run-info path that is a planted symlink to a host file outside the grants is not followed: inside the workspace (planted by run 1's workload) run 2 is refused, outside it run 3 replaces the link; both targets are unchanged", Controls: beforeAfter, Refusal: true,
+		HostChecks: []string{CheckPlanted, CheckLaterRunRefused, CheckRunInfoReplaced, CheckTargetsUnchanged}},
+	{Name: "inotify-counter", Description: "while the probe holds every inotify instance it can make, the sandbox's owner uid on the host can still make one; the instances the workload holds are counted from the host", Controls: beforeAfter, Refusal: true,
+		HostChecks: []string{CheckInotifyBefore, CheckInotifyDuring}},
 }
 
 func seqLabels(n int) []string {

@@ -9,11 +9,13 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/evidence/probe"
 )
 
 // fakeJournal writes a journal in DESIGN.md's format with a test key: the
@@ -86,6 +88,9 @@ func writeFakeCase(t *testing.T, dir string, c Case) {
 		if l == "canary" {
 			body = []byte(`{"messages":[{"content":"` + ControlPrefix + "canary data=" + Canary + `"}]}`)
 		}
+		if l == "nested-read" {
+			body = []byte(`{"messages":[{"content":"` + ControlPrefix + "nested-read data=" + fakeGranted + `"}]}`)
+		}
 		n++
 		id := "req-" + l
 		line := app(audit.InferenceRequested{RequestID: id, Provider: "anthropic", API: "anthropic-messages", Endpoint: "/v1/messages",
@@ -110,6 +115,7 @@ func writeFakeCase(t *testing.T, dir string, c Case) {
 	default:
 		app(audit.RunTerminated{Reason: "completed", ExitCode: 0})
 	}
+	later := fakeHostCase(c, &host)
 	w.Close()
 	jdata, err := os.ReadFile(w.JournalPath())
 	if err != nil {
@@ -125,6 +131,9 @@ func writeFakeCase(t *testing.T, dir string, c Case) {
 		FileJournal: jdata, FilePublicKey: w.PublicKeyPEM(), FileProviderEvents: events, FileReceiverEvents: recv,
 		FileHost: hb, FileProbeOut: []byte(`{"step":"control:before","status":200}` + "\n" + `{"claims":{"passed":true,"escape_success":true,"audit_verified":true}}` + "\n"),
 		FileMoatErr: nil, FilePolicy: []byte("version: 1\n"), FileRunInfo: runInfoJSON(run, w.PublicKeyPEM()),
+	}
+	if later != nil {
+		files[FileLaterRuns] = later
 	}
 	if c.Provider == ProviderRedirect {
 		b, _ := json.Marshal(ReceiverEvent{Receiver: RecvRedirect, Kind: "control", Time: "t", Bytes: 40, SHA256: sha(nil)})
@@ -210,6 +219,47 @@ func fullBundle(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// fakeGranted is the nested grant's content in fake planted-grant-symlink cases.
+const fakeGranted = "granted-0123456789abcdef"
+
+// fakeHostCase adds the raw host observations of a clean run of a case
+// with host checks, and returns later-runs.out (nil if none).
+func fakeHostCase(c Case, h *HostRecord) []byte {
+	const target = "/tmp/moat-evidence-x/case/outside"
+	reg := func(when, path string, mode uint32, sum string) PathRecord {
+		return PathRecord{When: when, Path: path, Exists: true, Mode: modeRegular | mode, UID: 65534, GID: 65534, SHA256: sum}
+	}
+	switch c.Name {
+	case "setid-file":
+		for _, n := range probe.SetIDAttacks {
+			p := PathRecord{When: WhenAfter, Path: wsPath(n)}
+			if strings.Contains(n, "chmod") {
+				p = reg(WhenAfter, wsPath(n), 0o644, sha([]byte(n)))
+			}
+			h.Paths = append(h.Paths, p)
+		}
+		h.Paths = append(h.Paths, reg(WhenAfter, wsPath(probe.SetIDPlain), 0o755, sha(nil)))
+	case "planted-grant-symlink":
+		h.Values = map[string]string{ValueCanary: "MOAT-HOST-CANARY-fake", ValueGranted: fakeGranted, ValuePlanted: wsPath(probe.NestedGrantParent), ValueTarget: target}
+		h.Paths = []PathRecord{{When: WhenRun1, Path: wsPath(probe.NestedGrantParent), Exists: true, Mode: modeSymlink | 0o777, UID: 65534, GID: 65534, Link: target}}
+		h.Runs = []RunRecord{{Run: 2, RunInfoPath: "run-info-2.json", ExitCode: 125}}
+		return []byte("== run 2: probe stdout ==\n== run 2: moat stderr ==\nmoat: refused: a symlink in the grant path\n")
+	case "run-info-symlink":
+		h.Values = map[string]string{ValuePlanted: wsPath(probe.PlantedRunInfo), ValueTarget: target + "/ri-target-1", ValueRILink: "planted/run-info.json"}
+		for _, w := range []string{WhenBefore, WhenAfter} {
+			h.Paths = append(h.Paths, reg(w, "outside/ri-target-1", 0o644, sha([]byte(hostFileText))), reg(w, "outside/ri-target-2", 0o644, sha([]byte(hostFileText))))
+		}
+		h.Paths = append(h.Paths, PathRecord{When: WhenRun1, Path: wsPath(probe.PlantedRunInfo), Exists: true, Mode: modeSymlink | 0o777, UID: 65534, GID: 65534, Link: target + "/ri-target-1"},
+			reg(WhenAfter, "planted/run-info.json", 0o600, sha([]byte("{}"))))
+		h.Runs = []RunRecord{{Run: 2, RunInfoPath: "workspace/run-info.json", ExitCode: 125},
+			{Run: 3, RunInfoPath: "planted/run-info.json", RunInfo: true, RunID: "20261129T080000Z-3", ExitCode: 0}}
+		return []byte("== run 2: probe stdout ==\n== run 2: moat stderr ==\n== run 3: probe stdout ==\n== run 3: moat stderr ==\n")
+	case "inotify-counter":
+		h.Inotify = &InotifyRecord{Owner: 65534, Before: "ok", Held: true, During: "ok", WorkloadFDs: 16}
+	}
+	return nil
 }
 
 func runInfoJSON(run string, pem []byte) []byte {

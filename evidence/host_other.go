@@ -29,3 +29,11 @@ func (f *faultStorage) fill() error                       { return errUnsupporte
 func (f *faultStorage) unmount() error                    { return errUnsupported }
 
 func landlockABI() int { return 0 }
+
+func lstatRecord(when, abs, rel string) PathRecord {
+	return PathRecord{When: when, Path: rel, Err: errUnsupported.Error()}
+}
+
+func inotifyAs(uid int) string { return errUnsupported.Error() }
+
+func inotifyFDs(pids []int) (int, error) { return -1, errUnsupported }

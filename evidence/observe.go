@@ -16,16 +16,19 @@ import (
 
 // Raw file names inside cases/<name>/.
 const (
-	FilePolicy          = "policy.yaml"
-	FileRunInfo         = "run-info.json"
-	FilePublicKey       = "audit-public-key.pem"
-	FileJournal         = "journal.jsonl"
-	FileProviderEvents  = "provider-events.jsonl"
-	FileRedirectEvents  = "redirect-events.jsonl"
-	FileReceiverEvents  = "receiver-events.jsonl"
-	FileHost            = "host.json"
-	FileProbeOut        = "probe.out"
-	FileMoatErr         = "moat.err"
+	FilePolicy         = "policy.yaml"
+	FileRunInfo        = "run-info.json"
+	FilePublicKey      = "audit-public-key.pem"
+	FileJournal        = "journal.jsonl"
+	FileProviderEvents = "provider-events.jsonl"
+	FileRedirectEvents = "redirect-events.jsonl"
+	FileReceiverEvents = "receiver-events.jsonl"
+	FileHost           = "host.json"
+	FileProbeOut       = "probe.out"
+	FileMoatErr        = "moat.err"
+	// FileLaterRuns holds the probe's stdout and moat's stderr of a
+	// multi-run case's later runs, each under a "== run N … ==" line.
+	FileLaterRuns       = "later-runs.out"
 	maxSmallFile        = 1 << 20
 	preEffectHeaderName = "moat-pre-effect"
 )
@@ -50,6 +53,13 @@ type HostRecord struct {
 	// Missing lists evidence the controller could not obtain and why.
 	Missing []string `json:"missing"`
 	Notes   []string `json:"notes"`
+
+	// The raw host observations of the cases with host checks
+	// (hostchecks.go); absent from the other cases.
+	Runs    []RunRecord       `json:"runs,omitempty"`   // later runs, in order
+	Paths   []PathRecord      `json:"paths,omitempty"`  // host lstats
+	Values  map[string]string `json:"values,omitempty"` // what the controller placed
+	Inotify *InotifyRecord    `json:"inotify,omitempty"`
 }
 
 // Observations are a case's controller-owned observations, computed from
@@ -90,6 +100,10 @@ type Observations struct {
 
 	CredentialInWorkerOutput int      `json:"credential_in_worker_output"`
 	Missing                  []string `json:"missing"`
+
+	// HostChecks are the case's host checks (Case.HostChecks), computed
+	// from the raw host record.
+	HostChecks []HostCheck `json:"host_checks,omitempty"`
 }
 
 // ObserveCase computes a case's observations from the raw files in dir.
@@ -168,12 +182,14 @@ func ObserveCase(dir string, c Case) (Observations, error) {
 	pub, _ := ParsePublicKeyPEM(pemBytes)
 	seen := map[string]bool{}
 	forbidden := map[string]bool{}
+	var verified [][]byte
 	for _, ev := range evs {
 		o.ProviderRequests++
 		ok := pub != nil && ev.NativeVerified && ev.OpenSSLVerified && requested[ev.PreEffect] &&
 			checkPreEffect([]byte(ev.PreEffect), ev.Body, host.RunID, pub) == nil
 		if ok {
 			o.Verified++
+			verified = append(verified, ev.Body)
 		} else {
 			o.Unverified++
 		}
@@ -246,11 +262,16 @@ func ObserveCase(dir string, c Case) (Observations, error) {
 		o.RedirectControl = &ctl
 	}
 
-	for _, f := range []string{FileProbeOut, FileMoatErr} {
+	var outputs [][]byte
+	for _, f := range []string{FileProbeOut, FileMoatErr, FileLaterRuns} {
 		b, err := readCapped(filepath.Join(dir, f), MaxEventsBytes)
 		if err == nil {
 			o.CredentialInWorkerOutput += bytes.Count(b, []byte(RedactedCredential))
+			outputs = append(outputs, b)
 		}
+	}
+	if len(c.HostChecks) > 0 {
+		o.HostChecks = computeHostChecks(c, checkInput{host: host, verified: verified, events: evs, outputs: outputs})
 	}
 	return o, nil
 }

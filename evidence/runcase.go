@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -33,6 +34,10 @@ type caseRun struct {
 	prov       *Provider
 	fault      *faultStorage
 	startTimes map[int]string
+	// Set by setupHostCase for the cases with host checks.
+	extraRO   []string // read-only grants beyond the system ones
+	target    string   // the probe's --target
+	laterRuns []byte   // later-runs.out
 }
 
 func (s *suite) runCase(ctx context.Context, c Case) (CaseReport, error) {
@@ -112,6 +117,9 @@ func (r *caseRun) execute(ctx context.Context) error {
 		return err
 	}
 
+	if err := r.setupHostCase(); err != nil {
+		return err
+	}
 	var err error
 	if r.recv, err = StartReceivers(filepath.Join(r.dir, FileReceiverEvents)); err != nil {
 		return err
@@ -143,7 +151,10 @@ func (r *caseRun) execute(ctx context.Context) error {
 	if err := os.WriteFile(filepath.Join(r.dir, FilePolicy), pol, 0o644); err != nil {
 		return err
 	}
-	return r.runMoat(ctx, polPath)
+	if err := r.runMoat(ctx, polPath); err != nil {
+		return err
+	}
+	return r.finishHostCase(ctx, polPath)
 }
 
 // workloadUID is the workload's uid inside and, when the suite runs as
@@ -160,6 +171,7 @@ func (r *caseRun) policy() []byte {
 		}
 	}
 	ro = append(ro, r.s.binDir)
+	ro = append(ro, r.extraRO...)
 	max := r.c.MaxRequests
 	if max == 0 {
 		max = DefaultMaxRequests
@@ -194,20 +206,39 @@ audit:
 		r.prov.URL(), CredEnvOpenAI, ModelOpenAI, r.auditDir))
 }
 
-func (r *caseRun) runMoat(ctx context.Context, polPath string) error {
-	riPath := filepath.Join(r.sdir, FileRunInfo)
-	marker := filepath.Join(r.workspace, ".moat-evidence-go")
-	faultMarker := filepath.Join(r.workspace, ".moat-evidence-fault")
+// Marker files the controller writes in the workspace for the probe.
+const (
+	goMarker        = ".moat-evidence-go"
+	faultMarkerName = ".moat-evidence-fault"
+)
+
+// moatArgs is the `moat run` command line of the case's run number run.
+func (r *caseRun) moatArgs(polPath, riPath string, run int) []string {
 	args := []string{"run", "--policy", polPath, "--run-info", riPath}
 	if r.s.Backend != "" {
 		args = append(args, "--backend", r.s.Backend)
 	}
 	args = append(append(args, "--"), r.s.workloadArgv()...)
 	args = append(args,
-		"--model", ModelAnthropic, "--openai-model", ModelOpenAI, "--marker", marker, "--fault-marker", faultMarker,
+		"--model", ModelAnthropic, "--openai-model", ModelOpenAI,
+		"--marker", filepath.Join(r.workspace, goMarker), "--fault-marker", filepath.Join(r.workspace, faultMarkerName),
 		"--tcp", r.recv.TCPAddr, "--udp", r.recv.UDPAddr, "--abstract", r.recv.AbstractName,
 		"--unix", filepath.Join(r.workspace, "recv.sock"), "--unixgram", filepath.Join(r.workspace, "recv.dgram"),
-		"--workspace", r.workspace, r.c.Name)
+		"--workspace", r.workspace)
+	if r.target != "" {
+		args = append(args, "--target", r.target)
+	}
+	if run > 1 {
+		args = append(args, "--run", strconv.Itoa(run))
+	}
+	return append(args, r.c.Name)
+}
+
+func (r *caseRun) runMoat(ctx context.Context, polPath string) error {
+	riPath := filepath.Join(r.sdir, FileRunInfo)
+	marker := filepath.Join(r.workspace, goMarker)
+	faultMarker := filepath.Join(r.workspace, faultMarkerName)
+	args := r.moatArgs(polPath, riPath, 1)
 	cctx, cancel := context.WithTimeout(ctx, CaseTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(cctx, r.s.Binary, args...)
@@ -236,6 +267,10 @@ func (r *caseRun) runMoat(ctx context.Context, polPath string) error {
 		if err == nil && r.fault != nil {
 			faultWG.Add(1)
 			go func() { defer faultWG.Done(); r.injectFault(exited, faultMarker) }()
+		}
+		if err == nil && r.host.Inotify != nil {
+			faultWG.Add(1)
+			go func() { defer faultWG.Done(); r.measureInotify(exited, ri) }()
 		}
 		if err == nil {
 			err = os.WriteFile(marker, []byte("go\n"), 0o644)

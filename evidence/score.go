@@ -69,6 +69,11 @@ func Score(c Case, o Observations) (Outcome, []string) {
 			bad("%s", h.what)
 		}
 	}
+	for _, hc := range o.HostChecks {
+		if hc.Observed && !hc.Held && !hc.Control {
+			bad("host check %s: %s", hc.Name, hc.Detail)
+		}
+	}
 	switch {
 	case c.StorageFault:
 		if o.FaultInjected && o.ExitCode == 0 {
@@ -111,6 +116,17 @@ func Score(c Case, o Observations) (Outcome, []string) {
 	} {
 		if h.v == nil {
 			miss("host observation missing: %s", h.what)
+		}
+	}
+	for _, name := range c.HostChecks {
+		i := slices.IndexFunc(o.HostChecks, func(hc HostCheck) bool { return hc.Name == name })
+		switch {
+		case i < 0:
+			miss("host check %s: no result", name)
+		case !o.HostChecks[i].Observed:
+			miss("host check %s: not observed: %s", name, o.HostChecks[i].Detail)
+		case o.HostChecks[i].Control && !o.HostChecks[i].Held:
+			miss("host check %s: the positive control failed: %s", name, o.HostChecks[i].Detail)
 		}
 	}
 	switch {

@@ -1,6 +1,7 @@
 package evidence
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -108,9 +109,37 @@ func TestProbeClaimsNeverScored(t *testing.T) {
 	}
 }
 
+// originalCases are the first 20 cases, which later cases never change:
+// same names, same order (their semantics are pinned by the tests above).
+var originalCases = []string{"allowed-inference-canary", "alternate-auth-route", "absolute-url-target",
+	"url-backed-document", "provider-hosted-tool", "unapproved-model", "unknown-control-field",
+	"server-compaction", "malformed-json", "duplicate-content-length", "chunked-framing",
+	"worker-audit-headers", "worker-credential-headers", "allowance-reconnect", "twenty-signed-requests",
+	"provider-redirect", "credential-reflection", "audit-storage-fault", "direct-network", "false-success-claim"}
+
+// originalFixtureSHA256 is FixtureSHA256 of the case list before the
+// issue-11 cases were appended: the first 20 cases marshal to the same
+// bytes, so their names, order and semantics are unchanged.
+const originalFixtureSHA256 = "3168c0a38642563f3fe86597e071ea3bd02b948dc665e9393b059652c22c223a"
+
+func TestOriginalCasesUnchanged(t *testing.T) {
+	b, err := json.Marshal(Cases[:20])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sha(b); got != originalFixtureSHA256 {
+		t.Fatalf("the first 20 cases marshal to sha256 %s, want the original %s", got, originalFixtureSHA256)
+	}
+}
+
 func TestEveryCaseHasProbeSteps(t *testing.T) {
-	if len(Cases) != 20 {
-		t.Fatalf("got %d cases, want the fixed 20", len(Cases))
+	if got := CaseNames(); len(got) < 20 || !slices.Equal(got[:20], originalCases) {
+		t.Fatalf("the first 20 cases are %v, want the original %v", got, originalCases)
+	}
+	for _, c := range Cases[:20] {
+		if len(c.HostChecks) > 0 {
+			t.Errorf("%s: an original case gained host checks", c.Name)
+		}
 	}
 	for _, c := range Cases {
 		if !slices.Contains(probe.CaseNames(), c.Name) {
@@ -118,6 +147,11 @@ func TestEveryCaseHasProbeSteps(t *testing.T) {
 		}
 		if c.Refusal && len(c.Controls) == 0 {
 			t.Errorf("%s: a refusal case without useful-work controls", c.Name)
+		}
+		for _, h := range c.HostChecks {
+			if _, ok := hostChecks[h]; !ok {
+				t.Errorf("%s: unknown host check %q", c.Name, h)
+			}
 		}
 	}
 }

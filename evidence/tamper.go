@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/moat-sandbox/moat/evidence/probe"
 )
 
 // Tamper is one integrity attack on a bundle. Tampers is exported (not in a
@@ -263,6 +265,28 @@ var Tampers = []Tamper{
 		}
 		return rewriteManifest(out, os.WriteFile(filepath.Join(out, FileReportDSSE), sig, 0o644))
 	}},
+	{"setid-bit-hidden", func(out string) error {
+		// The host saw a set-id file; the report still says pass.
+		return editHostRecord(filepath.Join(out, CasesDir, "setid-file"), func(h *HostRecord) error {
+			for i := range h.Paths {
+				if h.Paths[i].When == WhenAfter && h.Paths[i].Path == wsPath(probe.SetIDAttacks[0]) {
+					h.Paths[i] = PathRecord{When: WhenAfter, Path: h.Paths[i].Path, Exists: true, Mode: modeRegular | 0o4755, UID: workloadUID, GID: workloadUID}
+					return nil
+				}
+			}
+			return errors.New("no host record of " + probe.SetIDAttacks[0])
+		}, out)
+	}},
+	{"planted-run-got-ready", func(out string) error {
+		// Run 2 started through the planted symlink; the report still says pass.
+		return editHostRecord(filepath.Join(out, CasesDir, "planted-grant-symlink"), func(h *HostRecord) error {
+			if len(h.Runs) == 0 {
+				return errors.New("no later run recorded")
+			}
+			h.Runs[0].RunInfo, h.Runs[0].ExitCode = true, 0
+			return nil
+		}, out)
+	}},
 	{"report-dsse-reformatted", func(out string) error {
 		p := filepath.Join(out, FileReportDSSE)
 		b, err := os.ReadFile(p)
@@ -271,6 +295,27 @@ var Tampers = []Tamper{
 		}
 		return rewriteManifest(out, os.WriteFile(p, append([]byte(" "), b...), 0o644))
 	}},
+}
+
+// editHostRecord rewrites a case's host.json with edit and re-signs the
+// bundle's report unchanged.
+func editHostRecord(dir string, edit func(h *HostRecord) error, out string) error {
+	p := filepath.Join(dir, FileHost)
+	var h HostRecord
+	if err := readStrictJSON(p, &h); err != nil {
+		return err
+	}
+	if err := edit(&h); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(h, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(p, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return ResignReport(out, nil)
 }
 
 // rewriteManifest recomputes the manifest after a tamper (err is the

@@ -6,6 +6,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"io/fs"
 	"os"
@@ -81,10 +82,15 @@ func copyExe(src, dst string) error {
 
 func runSuite(t *testing.T, cases ...string) (string, *evidence.Result) {
 	t.Helper()
+	return runSuiteOn(t, "", cases...)
+}
+
+func runSuiteOn(t *testing.T, backend string, cases ...string) (string, *evidence.Result) {
+	t.Helper()
 	moat, probeBin := bins(t)
 	out := filepath.Join(t.TempDir(), "bundle")
 	var progress bytes.Buffer
-	res, err := evidence.Run(context.Background(), evidence.Options{Out: out, Cases: cases, Binary: moat, Probe: probeBin, Progress: &progress})
+	res, err := evidence.Run(context.Background(), evidence.Options{Out: out, Cases: cases, Binary: moat, Probe: probeBin, Backend: backend, Progress: &progress})
 	t.Logf("progress:\n%s", progress.String())
 	if err != nil {
 		t.Fatalf("suite: %v", err)
@@ -146,6 +152,92 @@ func TestEvidenceSubset(t *testing.T) {
 		t.Fatalf("verify subset: got exit %d, want 2", got)
 	}
 	checkNoSecrets(t, out, res.Credentials)
+}
+
+// escapeCases are the cases appended for issue 11's escape classes.
+func escapeCases() []string {
+	var out []string
+	for _, c := range evidence.Cases[20:] {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
+// TestEvidenceEscapeClasses runs the escape-class cases as whoever runs
+// the tests (root, and CI's unprivileged pass: rootless): each passes on
+// its host observations, and the raw records show that the attacks ran.
+func TestEvidenceEscapeClasses(t *testing.T) {
+	out, res := runSuite(t, escapeCases()...)
+	checkEscapeCases(t, out, res, "native")
+}
+
+// TestRootEvidenceEscapeClassesGVisor is the same on gVisor.
+func TestRootEvidenceEscapeClassesGVisor(t *testing.T) {
+	testenv.NeedRoot(t)
+	_, err := exec.LookPath("runsc")
+	testenv.Need(t, err == nil, "runsc is not installed")
+	out, res := runSuiteOn(t, "gvisor", escapeCases()...)
+	checkEscapeCases(t, out, res, "gvisor")
+}
+
+func checkEscapeCases(t *testing.T, out string, res *evidence.Result, backend string) {
+	t.Helper()
+	if len(res.Report.Cases) != len(escapeCases()) {
+		t.Fatalf("got %d cases, want %d", len(res.Report.Cases), len(escapeCases()))
+	}
+	for _, c := range res.Report.Cases {
+		if c.Outcome != evidence.OutcomePass {
+			t.Errorf("%s: got %s, want pass: %v", c.Name, c.Outcome, c.Reasons)
+			if b, err := os.ReadFile(filepath.Join(out, "cases", c.Name, "moat.err")); err == nil {
+				t.Logf("%s: moat's stderr:\n%s", c.Name, b)
+			}
+		}
+		for _, h := range c.Observations.HostChecks {
+			t.Logf("%s: %s: %s", c.Name, h.Name, h.Detail)
+		}
+		host := readHost(t, filepath.Join(out, "cases", c.Name))
+		switch c.Name {
+		case "setid-file":
+			// The attack files were made (the chmod family's files exist
+			// with their ordinary mode), so the host really looked.
+			n := 0
+			for _, p := range host.Paths {
+				if p.Exists {
+					n++
+				}
+			}
+			if n < 5 {
+				t.Errorf("setid-file: only %d of the probe's files exist on the host: the attack did not run", n)
+			}
+		case "planted-grant-symlink", "run-info-symlink":
+			if len(host.Runs) == 0 || host.Runs[0].ExitCode != 125 {
+				t.Errorf("%s: later runs %+v, want run 2 refused", c.Name, host.Runs)
+			}
+		case "inotify-counter":
+			// Native: the workload's instances are host inotify descriptors,
+			// counted from the host; gVisor keeps them in the sentry.
+			if backend == "native" && (host.Inotify == nil || host.Inotify.WorkloadFDs < 1) {
+				t.Errorf("inotify-counter: %+v, want the workload's instances counted from the host", host.Inotify)
+			}
+		}
+	}
+	if got := evidence.VerifyBundle(out, res.ManifestSHA256).ExitCode(); got != 2 {
+		t.Fatalf("verify subset: got exit %d, want 2", got)
+	}
+	checkNoSecrets(t, out, res.Credentials)
+}
+
+func readHost(t *testing.T, dir string) evidence.HostRecord {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, evidence.FileHost))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h evidence.HostRecord
+	if err := json.Unmarshal(b, &h); err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
 
 // checkNoSecrets greps every file of a bundle for private-key material and
@@ -218,7 +310,7 @@ func TestEvidenceCatchesLyingBackend(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "bundle")
 	var progress bytes.Buffer
 	res, err := evidence.Run(context.Background(), evidence.Options{Out: out, Binary: lying, Probe: probeBin, Backend: "lying",
-		Cases: []string{"direct-network", "allowed-inference-canary"}, Progress: &progress})
+		Cases: []string{"direct-network", "allowed-inference-canary", "host-datagram-socket", "setid-file"}, Progress: &progress})
 	t.Logf("progress:\n%s", progress.String())
 	if err != nil {
 		t.Fatal(err)
@@ -233,6 +325,20 @@ func TestEvidenceCatchesLyingBackend(t *testing.T) {
 	}
 	if hits := res.Report.Cases[1].Observations.ReceiverHits; hits[evidence.RecvTCP] == 0 || hits[evidence.RecvUnix] == 0 {
 		t.Errorf("direct-network: receivers observed %v, want TCP and Unix deliveries", hits)
+	}
+	// Unconfined, the probe's datagrams reach the host socket, and its
+	// set-id files land on the host: the host observes both.
+	if hits := res.Report.Cases[2].Observations.ReceiverHits; hits[evidence.RecvUnixgram] == 0 {
+		t.Errorf("host-datagram-socket: receivers observed %v, want unixgram deliveries", hits)
+	}
+	setid := false
+	for _, h := range res.Report.Cases[3].Observations.HostChecks {
+		if h.Name == evidence.CheckNoSetID && h.Observed && !h.Held {
+			setid = true
+		}
+	}
+	if !setid {
+		t.Errorf("setid-file: host checks %+v, want the set-id files seen", res.Report.Cases[3].Observations.HostChecks)
 	}
 	if got := evidence.VerifyBundle(out, res.ManifestSHA256).ExitCode(); got != 2 {
 		t.Errorf("a failing subset bundle still verifies as a subset: got exit %d, want 2", got)

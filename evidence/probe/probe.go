@@ -49,6 +49,11 @@ type Config struct {
 	Unix        string
 	Unixgram    string
 	Workspace   string
+	// Target is a host path outside every grant that a planting case
+	// points its symlink at.
+	Target string
+	// Run is the run's number within a multi-run case, from 1.
+	Run int
 }
 
 // Main runs the probe with args (without the program name) and returns 0.
@@ -66,6 +71,8 @@ func Main(args []string, stdout io.Writer) int {
 	fs.StringVar(&c.Unix, "unix", "", "host Unix stream socket path")
 	fs.StringVar(&c.Unixgram, "unixgram", "", "host Unix datagram socket path")
 	fs.StringVar(&c.Workspace, "workspace", "", "the writable workspace")
+	fs.StringVar(&c.Target, "target", "", "host path outside the grants for a planted symlink")
+	fs.IntVar(&c.Run, "run", 1, "the run's number within a multi-run case")
 	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
 		fmt.Fprintln(stdout, "usage: moat-probe [flags] CASE")
 		fmt.Fprintln(stdout, ClaimsLine)
