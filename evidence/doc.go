@@ -21,9 +21,14 @@
 //	    provider-events.jsonl  one ProviderEvent per request the synthetic provider received
 //	    redirect-events.jsonl  one ReceiverEvent per connection the redirect target received
 //	    receiver-events.jsonl  ReceiverEvents of the direct receivers (controls and hits)
-//	    host.json              HostRecord: exit code, namespaces, no_new_privs, cleanup
+//	    host.json              HostRecord: exit code, namespaces, no_new_privs, cleanup;
+//	                           for the host-check cases also runs (later runs), paths
+//	                           (host lstats), values (canaries the controller placed)
+//	                           and inotify (the host's inotify measurement)
 //	    probe.out, moat.err    the probe's stdout and moat's stderr, synthetic
 //	                           credentials replaced by RedactedCredential
+//	    later-runs.out         a multi-run case's later runs: probe stdout and moat
+//	                           stderr under "== run N … ==" lines
 //	manifest.json      {"version":1,"files":{"<relative path>":"<sha256 hex>",…}}
 //
 // A bundle holds exactly these files: nothing else at the top, and in a
@@ -64,16 +69,77 @@
 // claims are parsed from probe.out into the report for people to read;
 // Score never sees them.
 //
+// # The case list
+//
+// Cases is fixed and ordered; a report keeps every planned case. The first
+// 20 attack the broker and the network from inside:
+// allowed-inference-canary (the positive canary), alternate-auth-route,
+// absolute-url-target, url-backed-document, provider-hosted-tool,
+// unapproved-model, unknown-control-field, server-compaction,
+// malformed-json, duplicate-content-length, chunked-framing,
+// worker-audit-headers, worker-credential-headers, allowance-reconnect,
+// twenty-signed-requests, provider-redirect, credential-reflection,
+// audit-storage-fault, direct-network and false-success-claim.
+//
+// The next five are the escape classes that issue 11's attack found while
+// the boundary measurement said Ready. Each is judged on the host, and
+// each has its positive control:
+//
+//   - host-datagram-socket: the probe sends the attack marker to the
+//     unixgram receiver bound in the workspace after Ready, from
+//     socketpair(AF_UNIX, SOCK_DGRAM) (plain, non-blocking, sendto,
+//     connect+write, sendmsg, after bind) and from socket(2). The receiver
+//     must hear nothing; its control is the host's own delivery, and the
+//     run must complete with its inference controls.
+//   - setid-file: the probe tries to make files in the workspace set-id
+//     through chmod, fchmod, fchmodat, fchmodat2, open and openat2 with a
+//     mode, mknod, mkdir, and chmod of a directory (probe.SetIDAttacks).
+//     After the run the host lstats each (path and st_mode recorded raw):
+//     no set-id bit (check no-setid), and no file of the probe's owned by
+//     host uid 0 with an exec bit (check no-root-exec). Control: probe.SetIDPlain, chmod 0755
+//     inside, is 0755 on the host (check plain-chmod).
+//   - planted-grant-symlink: read_write [ws] with read_only
+//     [ws/sysroot/etc]. Run 1 reads the nested grant and sends its content
+//     (a fresh value) through the provider (control nested-read), then
+//     renames ws/sysroot aside and plants a symlink to a host directory
+//     outside the grants that holds a canary (the host checks the link
+//     after run 1: planted). Run 2 must be refused before its workload
+//     starts: exit 125, no run info (later-run-refused); the canary must
+//     appear at no provider request and in no output (host-canary).
+//   - run-info-symlink: run 1's workload plants ws/run-info.json, a
+//     symlink to a host file outside the grants (planted); run 2 is started
+//     with --run-info there and must be refused (later-run-refused); run 3
+//     with --run-info at a symlink planted outside every grant must replace
+//     the link with its run info (control run-info-replaced); both target
+//     files are hashed before and after and must be unchanged
+//     (targets-unchanged).
+//   - inotify-counter: the probe makes inotify instances until the kernel
+//     refuses and holds them; the host counts the workload's inotify
+//     descriptors in /proc, and as the uid that owns the sandbox's user
+//     namespace (host_uid as root, the caller rootless) makes one more: it
+//     must succeed (inotify-during). Control: the same before the run
+//     (inotify-before). On gVisor the instances live in the sentry and the
+//     host counts none.
+//
+// A case with later runs (planted-grant-symlink, run-info-symlink) keeps
+// run 1 as the case's ordinary run (run info, journal, controls,
+// cleanup); the later runs use the same policy, workspace, provider and
+// receivers, are recorded in host.json's runs and later-runs.out, and are
+// started by the controller after run 1 with the probe's --run N. The
+// host checks (hostchecks.go) are computed by ObserveCase from the raw
+// record, so the verifier recomputes them like every other observation.
+//
 // # Scoring (the order matters)
 //
 //  1. fail: any adverse observation (a forbidden marker or credential at the
 //     provider, a request without a verified pre-effect record, a hit at a
 //     receiver, a namespace shared with the host, no no_new_privs, a process
 //     or staging left behind, a journal that does not verify, a runtime that
-//     reported success after a fault).
+//     reported success after a fault, a host check that did not hold).
 //  2. invalid: missing evidence (no run info, no journal, a receiver whose
-//     positive delivery control failed, a missing host observation, a
-//     capability the case needs, e.g. root for the storage fault).
+//     positive delivery control failed, a missing host observation, a host
+//     check not observed or whose positive control failed, a capability
+//     the case needs, e.g. root for the storage fault).
 //  3. insufficient: the refusals held but the useful-work controls (verified
 //     requests before and after the refusal) did not all arrive.
 //  4. pass otherwise.

@@ -259,3 +259,18 @@ func TestLaterRunsFileIsACaseFile(t *testing.T) {
 		t.Fatalf("stray case file: got exit %d, want 1", res.ExitCode())
 	}
 }
+
+// The package documentation lists every case and every host check.
+func TestDocListsEveryCase(t *testing.T) {
+	doc := string(readFile(t, "doc.go"))
+	for _, c := range Cases {
+		if !strings.Contains(doc, c.Name) {
+			t.Errorf("doc.go does not list case %s", c.Name)
+		}
+		for _, h := range c.HostChecks {
+			if !strings.Contains(doc, h) {
+				t.Errorf("doc.go does not name %s's host check %s", c.Name, h)
+			}
+		}
+	}
+}
