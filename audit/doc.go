@@ -103,6 +103,51 @@
 // inference.completed, inference.refused, inference.failed and
 // process.started records before it. The writer fills in those counts.
 //
+// # The pre-effect record
+//
+// inference.requested is written, and durable, before its request leaves
+// for the provider; the broker sends that exact line, in standard base64,
+// as the request's Moat-Pre-Effect header, so a provider holding the
+// pinned key can check what it receives against it. Its body_sha256 is
+// the SHA-256 of the exact body bytes forwarded. Its "headers" member is
+// an object mapping the lower-case name of each workload-influenced header
+// that is forwarded to the exact value sent, in the canonical form the
+// broker forwards (e.g. {"anthropic-beta":"interleaved-thinking-2025-05-14,output-128k-2025-02-19","anthropic-version":"2023-06-01"}):
+// the broker forwards a worker header only when it is on its list and
+// only in that form (see broker/headers.go), so nothing the workload
+// chooses reaches the provider outside the signed record. The headers the
+// broker sets itself (Content-Type, Accept, Accept-Encoding, User-Agent,
+// the credential, Moat-Pre-Effect) are not listed. The member is absent
+// when no worker header was forwarded; it is never an empty object.
+//
+// # Terminal reasons
+//
+// run.terminated's reason says how the run ended; exit_code is what the
+// moat command exited with:
+//
+//	completed      the workload exited on its own; exit_code is its code
+//	exec_failed    the command could not be started (126 or 127)
+//	refused        moat refused before the workload started: the backend
+//	               could not prepare, confirmation failed, the boundary
+//	               is not Ready (125)
+//	failed         moat itself failed (125)
+//	cancelled      the broker stopped all effects: a reflected
+//	               credential, a journal failure (125)
+//	refusal_limit  the broker refused more requests than the policy's
+//	               inference.max_refusals; the refusal past the cap is
+//	               the last one journaled, later ones are only answered
+//	               (125)
+//	journal_limit  the broker's records reached the policy's
+//	               audit.max_bytes; no request or refusal is journaled
+//	               after that, only the records that close requests
+//	               already in flight (125)
+//	deleted        a `moat sandbox` was deleted (0)
+//	terminated     a `moat sandbox` supervisor got SIGTERM, SIGINT or
+//	               SIGHUP (0)
+//
+// The verifier checks the record's form and counts, not which reason it
+// names.
+//
 // # Verification
 //
 // Verify works on the exact bytes of each line and never re-serialises what
