@@ -103,14 +103,19 @@ func Confirm(ctx context.Context, sb boundary.Sandbox, cfg Config) (boundary.Pro
 
 	stdout := &capBuffer{max: MaxReportBytes}
 	stderr := &capBuffer{max: maxStderrBytes}
+	// The helper waits for its stdin to close before it exits, so that it
+	// is still there (not reaped) when the backend reads its host pid.
+	stdinR, stdinW := io.Pipe()
 	run, err := sb.StartHelper(ctx, []string{HelperName, arg}, boundary.Process{
-		Env: []string{}, Dir: "/", Stdin: strings.NewReader(""), Stdout: stdout, Stderr: stderr,
+		Env: []string{}, Dir: "/", Stdin: stdinR, Stdout: stdout, Stderr: stderr,
 	})
 	if err != nil {
+		stdinW.Close()
 		obs.stop()
 		return props, nil, fmt.Errorf("measure: starting the measurement helper: %w", err)
 	}
 	helperPID := run.HostPID()
+	stdinW.Close()
 	code, finished, waitErr := waitHelper(ctx, run)
 	conns := obs.stop()
 

@@ -2,6 +2,7 @@ package measure
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"sync"
 
@@ -89,8 +90,15 @@ func Main(args []string) int {
 		fmt.Fprintf(os.Stderr, "moat: %s: writing report: %v\n", HelperName, err)
 		return 125
 	}
+	// Stay until the host has seen this process (it closes stdin once it
+	// has the helper's host pid): a helper that exited and was reaped
+	// first would leave the attribution control nothing to compare with.
+	io.Copy(io.Discard, io.LimitReader(os.Stdin, maxStdinBytes))
 	return 0
 }
+
+// maxStdinBytes bounds what the helper reads of stdin while it waits.
+const maxStdinBytes = 1 << 10
 
 // runProbe performs one probe and says what happened.
 func runProbe(nonce string, i int, p probe) (outcome, detail string) {
