@@ -372,6 +372,33 @@ func TestExitCodes(t *testing.T) {
 			}
 		})
 	}
+	// A relative command path resolves against the working directory, as
+	// in a shell; the same path from another directory is not found.
+	script := filepath.Join(f.ws, "bin", "agent")
+	os.MkdirAll(filepath.Dir(script), 0o755)
+	os.WriteFile(script, []byte("#!/bin/sh\nexit 9\n"), 0o755)
+	if os.Geteuid() == 0 {
+		os.Chown(filepath.Dir(script), nobodyID, nobodyID)
+	}
+	for _, tc := range []struct {
+		dir  string
+		want int
+	}{{f.ws, 9}, {"/tmp", 127}} {
+		p, err := sb.Start(context.Background(), boundary.Process{Argv: []string{"./bin/agent"}, Dir: tc.dir, Env: []string{"PATH=/usr/bin:/bin"}})
+		code := -1
+		var se *boundary.StartError
+		switch {
+		case errors.As(err, &se):
+			code = se.Code
+		case err == nil:
+			code, _ = p.Wait()
+		default:
+			t.Fatal(err)
+		}
+		if code != tc.want {
+			t.Errorf("./bin/agent from %s: got %d, want %d", tc.dir, code, tc.want)
+		}
+	}
 	// A signal comes back as 128+signal.
 	p, err := sb.Start(context.Background(), boundary.Process{Argv: []string{f.bin}, Env: []string{actionEnv + "=sleep"}})
 	if err != nil {

@@ -63,14 +63,16 @@ func runStage(args []string) int {
 	if err := confine(&cfg); err != nil {
 		return report(125, err)
 	}
-	path, code, err := resolve(&cfg)
-	if err != nil {
-		return report(code, err)
-	}
+	// The working directory first, so that a relative command path
+	// resolves against it, as in a shell.
 	if cfg.Dir != "" {
 		if err := unix.Chdir(cfg.Dir); err != nil {
 			return report(125, fmt.Errorf("moat: working directory %q: %w", cfg.Dir, err))
 		}
+	}
+	path, code, err := resolve(&cfg)
+	if err != nil {
+		return report(code, err)
 	}
 	if cfg.Seccomp {
 		prog, err := seccomp.Build(seccomp.Options{AllowUnixSockets: cfg.Landlock.ABI >= 9})
