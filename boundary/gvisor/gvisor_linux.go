@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/internal/grants"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -73,6 +74,17 @@ func (backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.Sandbo
 	os.Chmod(rootfs, 0o755)
 	os.Chmod(bundle, 0o755)
 	plan, err := pol.ResolveGrants()
+	if err != nil {
+		return nil, fmt.Errorf("moat: refused: %w", err)
+	}
+	// A dynamically linked moat runs its stage inside the sentry: its
+	// interpreter and libraries are bound read-only too (gVisor has no
+	// Landlock to keep them from the workload; they are the host's
+	// libc and loader, which grant nothing).
+	rt, err := grants.Runtime()
+	if err == nil {
+		err = plan.AddRuntime(rt)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("moat: refused: %w", err)
 	}

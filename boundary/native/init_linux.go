@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -246,7 +247,9 @@ func (in *initState) start(m ctlMsg, files []*os.File) {
 	rs.ExecFD = -1
 	if m.Helper {
 		rs.ExecFD = stageExeFD
+		rs.Rules = append(slices.Clone(rs.Rules), rs.HelperRules...)
 	}
+	rs.HelperRules = nil
 	sc := stageConfig{Argv: m.Argv, Env: m.Env, Dir: m.Dir, Helper: m.Helper, Landlock: rs,
 		OpenFiles: in.cfg.OpenFiles, Seccomp: in.cfg.Seccomp}
 	attr := &os.ProcAttr{

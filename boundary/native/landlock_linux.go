@@ -111,6 +111,9 @@ type llRuleset struct {
 	// ExecFD, when >= 0, is an open fd of the moat binary that gets
 	// execute+read (StartHelper only).
 	ExecFD int `json:"exec_fd"`
+	// HelperRules are added for moat's own helpers only (StartHelper):
+	// the runtime files of a dynamically linked moat.
+	HelperRules []llRule `json:"helper_rules,omitempty"`
 }
 
 type llRulesetAttr struct {

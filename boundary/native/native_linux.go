@@ -18,6 +18,7 @@ import (
 
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/boundary/native/seccomp"
+	"github.com/moat-sandbox/moat/internal/grants"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -139,6 +140,13 @@ func initConfigFor(pol *policy.Policy, abi, gid int) (*initConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("moat: refused: %w", err)
 	}
+	rt, err := grants.Runtime()
+	if err == nil {
+		err = plan.AddRuntime(rt)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("moat: refused: %w", err)
+	}
 	cfg.Plan = *plan
 	for i, m := range plan.Mounts {
 		if slices.Contains(testOmitLandlock, m.Path) {
@@ -148,7 +156,12 @@ func initConfigFor(pol *policy.Policy, abi, gid int) (*initConfig, error) {
 		if m.Write {
 			acc = llFSAll(abi)
 		}
-		rs.Rules = append(rs.Rules, llRule{Path: m.Real, Grant: i + 1, Access: acc})
+		r := llRule{Path: m.Real, Grant: i + 1, Access: acc}
+		if m.Runtime {
+			rs.HelperRules = append(rs.HelperRules, r)
+		} else {
+			rs.Rules = append(rs.Rules, r)
+		}
 	}
 	rs.Rules = append(rs.Rules, llRule{Path: "/tmp", Access: llFSAll(abi)}, llRule{Path: "/proc", Access: llFSReadFile | llFSReadDir})
 	for _, n := range devNodes {

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/internal/grants"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -663,5 +664,31 @@ func TestUserNSOwner(t *testing.T) {
 		if _, eu, _ := unix.Getresuid(); eu != 0 {
 			t.Errorf("after Prepare this thread's euid is %d", eu)
 		}
+	}
+}
+
+// TestRuntimeFilesForHelpersOnly: a dynamically linked moat (this test
+// binary, built with cgo) starts its own helpers in a sandbox whose policy
+// grants no /lib or /usr, because its loader and libraries are mounted for
+// them; the workload gets no Landlock rule for those files, so the same
+// dynamically linked binary, started as the workload, cannot execute.
+func TestRuntimeFilesForHelpersOnly(t *testing.T) {
+	rt, err := grants.Runtime()
+	testenv.Need(t, err == nil && len(rt) > 0, "the test binary is statically linked (no cgo): there are no runtime files to check")
+	f := newFixture(t)
+	f.pol.Filesystem.ReadOnly = []string{f.binDir}
+	sb := f.prepare(t)
+	var out bytes.Buffer
+	p, err := sb.StartHelper(context.Background(), []string{"id"}, boundary.Process{Env: []string{actionEnv + "=ops"}, Stdout: &out})
+	if err != nil {
+		t.Fatalf("control: moat's helper: %v", err)
+	}
+	if code, _ := p.Wait(); code != 0 || !strings.Contains(out.String(), "id ok 1000:1000") {
+		t.Fatalf("control: moat's helper exited %d: %q", code, out.String())
+	}
+	_, err = sb.Start(context.Background(), boundary.Process{Argv: []string{f.bin}, Env: []string{actionEnv + "=exit"}})
+	var se *boundary.StartError
+	if !errors.As(err, &se) || se.Code != 126 {
+		t.Errorf("the workload through moat's runtime files: got %v, want a StartError 126 (Landlock keeps it from the loader)", err)
 	}
 }

@@ -60,6 +60,10 @@ type Mount struct {
 	// owned and writable by no one else. Below it, Open also refuses to
 	// cross mounts (the grant itself excepted).
 	Trusted string `json:"trusted"`
+	// Runtime marks a file that moat's own dynamically linked binary
+	// needs (see Runtime): mounted for moat's helpers, with no Landlock
+	// rule for the workload.
+	Runtime bool `json:"runtime,omitempty"`
 }
 
 // Link is a trusted symlink met while resolving, recreated inside the

@@ -40,3 +40,9 @@ type Checks struct{ WriteOwner int }
 
 // Open is Linux-only.
 func (m Mount) Open(Checks) (int, error) { return -1, errors.New("grants: only on Linux") }
+
+// Runtime is Linux-only: no backend runs here.
+func Runtime() ([]Spec, error) { return nil, nil }
+
+// AddRuntime is Linux-only.
+func (pl *Plan) AddRuntime([]Spec) error { return nil }
