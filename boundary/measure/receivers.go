@@ -3,7 +3,6 @@ package measure
 import (
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -26,9 +25,9 @@ const maxUnixPath = 107
 type receivers struct {
 	tcp    net.Listener
 	udp    net.PacketConn
-	unix   []net.Listener
-	dgram  []net.PacketConn
-	paths  []string // socket files to remove
+	unix   []net.Listener // abstract
+	socks  []*grantSock   // in the read-write grants
+	paths  []string       // their paths, for the reaper
 	reaper *reaper.Reaper
 	notes  []string // receivers that could not be set up, and why
 
@@ -77,64 +76,59 @@ func startReceivers(cfg *Config, nonce string) *receivers {
 	} else {
 		r.notes = append(r.notes, "no host UDP receiver: "+err.Error())
 	}
-	var socks []string
 	if runtime.GOOS == "linux" {
-		socks = append(socks, "@moat-measure-"+nonce)
-	}
-	for _, g := range cfg.ReadWrite {
-		socks = append(socks, filepath.Join(g, ".moat-measure-"+nonce[:min(len(nonce), 16)]+".sock"))
-	}
-	for _, s := range socks {
-		if len(s) > maxUnixPath {
-			r.notes = append(r.notes, fmt.Sprintf("no Unix receiver at %s: path longer than %d bytes", s, maxUnixPath))
-			continue
-		}
-		ln, err := net.Listen("unix", s)
-		if err != nil {
+		s := "@moat-measure-" + nonce
+		if ln, err := net.Listen("unix", s); err == nil {
+			r.unix = append(r.unix, ln)
+			cfg.ExtraUnixSockets = append(cfg.ExtraUnixSockets[:len(cfg.ExtraUnixSockets):len(cfg.ExtraUnixSockets)], s)
+			r.acceptAll(ln, "unix "+s)
+		} else {
 			r.notes = append(r.notes, fmt.Sprintf("no Unix receiver at %s: %v", s, err))
-			continue
 		}
-		if !strings.HasPrefix(s, "@") {
-			ln.(*net.UnixListener).SetUnlinkOnClose(true)
+	}
+	// A stream and a datagram socket in each read-write grant: a host
+	// process that drops one there must not hear from the sandbox (below
+	// Landlock ABI 9 nothing but the seccomp filter stops a connect, and a
+	// datagram socket from socketpair(2) can sendto without socket(2)).
+	tag := ".moat-measure-" + nonce[:min(len(nonce), 16)]
+	for _, g := range cfg.ReadWrite {
+		for _, network := range []string{"unix", "unixgram"} {
+			name := tag + ".sock"
+			if network == "unixgram" {
+				name = tag + ".dgram"
+			}
+			s := filepath.Join(g, name)
+			if len(s) > maxUnixPath {
+				r.notes = append(r.notes, fmt.Sprintf("no receiver at %s: path longer than %d bytes", s, maxUnixPath))
+				continue
+			}
+			gs, err := bindInGrant(g, name, network)
+			if err != nil {
+				r.notes = append(r.notes, fmt.Sprintf("no receiver at %s: %v", s, err))
+				continue
+			}
+			r.socks = append(r.socks, gs)
 			r.paths = append(r.paths, s)
 			cfg.Reaper.OwnFile(s)
-			os.Chmod(s, 0o777) // only the sandbox's walls may stop a connection, not its mode
-		}
-		r.unix = append(r.unix, ln)
-		cfg.ExtraUnixSockets = append(cfg.ExtraUnixSockets[:len(cfg.ExtraUnixSockets):len(cfg.ExtraUnixSockets)], s)
-		r.acceptAll(ln, "unix "+s)
-	}
-	// A datagram socket in each read-write grant: a host process that
-	// drops one there must not hear from the sandbox (a datagram socket
-	// from socketpair(2) can sendto it without socket(2)).
-	for _, g := range cfg.ReadWrite {
-		s := filepath.Join(g, ".moat-measure-"+nonce[:min(len(nonce), 16)]+".dgram")
-		if len(s) > maxUnixPath {
-			r.notes = append(r.notes, fmt.Sprintf("no datagram receiver at %s: path longer than %d bytes", s, maxUnixPath))
-			continue
-		}
-		pc, err := net.ListenPacket("unixgram", s)
-		if err != nil {
-			r.notes = append(r.notes, fmt.Sprintf("no datagram receiver at %s: %v", s, err))
-			continue
-		}
-		os.Chmod(s, 0o777)
-		r.paths = append(r.paths, s)
-		cfg.Reaper.OwnFile(s)
-		r.dgram = append(r.dgram, pc)
-		cfg.ExtraUnixDgram = append(cfg.ExtraUnixDgram[:len(cfg.ExtraUnixDgram):len(cfg.ExtraUnixDgram)], s)
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			buf := make([]byte, 1500)
-			for {
-				n, _, err := pc.ReadFrom(buf)
-				if err != nil {
-					return
-				}
-				r.saw(fmt.Sprintf("unix datagram of %d bytes at %s", n, s))
+			if network == "unix" {
+				cfg.ExtraUnixSockets = append(cfg.ExtraUnixSockets[:len(cfg.ExtraUnixSockets):len(cfg.ExtraUnixSockets)], s)
+				r.acceptAll(gs.ln, "unix "+s)
+				continue
 			}
-		}()
+			cfg.ExtraUnixDgram = append(cfg.ExtraUnixDgram[:len(cfg.ExtraUnixDgram):len(cfg.ExtraUnixDgram)], s)
+			r.wg.Add(1)
+			go func() {
+				defer r.wg.Done()
+				buf := make([]byte, 1500)
+				for {
+					n, _, err := gs.pc.ReadFrom(buf)
+					if err != nil {
+						return
+					}
+					r.saw(fmt.Sprintf("unix datagram of %d bytes at %s", n, s))
+				}
+			}()
+		}
 	}
 	return r
 }
@@ -171,12 +165,11 @@ func (r *receivers) close() Check {
 	for _, ln := range r.unix {
 		ln.Close()
 	}
-	for _, pc := range r.dgram {
-		pc.Close()
+	for _, gs := range r.socks {
+		gs.close()
 	}
 	r.wg.Wait()
 	for _, p := range r.paths {
-		os.Remove(p) // in case unlink-on-close did not run
 		r.reaper.Done(p)
 	}
 	c := Check{Property: PropEgress, Name: checkReceivers, Kind: KindViolation, Outcome: OutcomeFailed}
