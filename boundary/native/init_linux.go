@@ -275,9 +275,20 @@ func (in *initState) start(m ctlMsg, files []*os.File) {
 	p, err := os.StartProcess("/proc/self/fd/"+strconv.Itoa(in.exeFD), []string{"moat", stageHelper, strconv.Itoa(len(in.rules))}, attr)
 	pidfd, pid := -1, 0
 	var ip *initProc
+	// Every process this start makes lives in the stage's user namespace
+	// (the workload cannot make another): its identity names them all.
+	// Taken now, while mu keeps the stage from being reaped and before it
+	// has its config (so before the workload exists): later, a workload
+	// that forked and exited at once could be gone, and its descendants
+	// with no name.
+	var nsIno uint64
 	if err == nil {
 		pid = p.Pid
 		pidfd, _ = unix.PidfdOpen(p.Pid, 0) // cannot fail while we hold mu: the child is unreaped
+		var nst unix.Stat_t
+		if unix.Stat("/proc/"+strconv.Itoa(pid)+"/ns/user", &nst) == nil {
+			nsIno = nst.Ino
+		}
 		ip = &initProc{id: m.ID, exit: make(chan int, 1)}
 		in.procs[p.Pid] = ip
 		p.Release()
@@ -285,6 +296,18 @@ func (in *initState) start(m ctlMsg, files []*os.File) {
 	in.mu.Unlock()
 	errW.Close()
 	cfgR.Close()
+	if err == nil && nsIno == 0 {
+		// Fail closed: without the namespace's identity, what this
+		// process leaves running could not be found.
+		unix.Kill(pid, unix.SIGKILL)
+		if pidfd >= 0 {
+			unix.Close(pidfd)
+		}
+		go func() { <-ip.exit }()
+		cfgW.Close()
+		fail(125, errors.New("BUG: cannot read the new process's user namespace"))
+		return
+	}
 	if err != nil {
 		cfgW.Close()
 		fail(125, fmt.Errorf("starting the stage: %w", err))
@@ -312,13 +335,6 @@ func (in *initState) start(m ctlMsg, files []*os.File) {
 	if pidfd < 0 {
 		fail(125, errors.New("BUG: no pidfd for the stage"))
 		return
-	}
-	// Every process this start makes lives in the stage's user namespace
-	// (the workload cannot make another): its identity names them all.
-	var nsIno uint64
-	var nst unix.Stat_t
-	if unix.Stat("/proc/"+strconv.Itoa(pid)+"/ns/user", &nst) == nil {
-		nsIno = nst.Ino
 	}
 	in.ctl.send(ctlMsg{Op: "started", ID: m.ID, PID: pid}, pidfd)
 	unix.Close(pidfd)

@@ -198,3 +198,26 @@ func TestExecLeavesNothingRunning(t *testing.T) {
 		t.Errorf("after Wait returned, still running: %v", left)
 	}
 }
+
+// TestExecParentExitsAtOnce: the workload starts a detached setsid child
+// and exits at once (sh -c "sleep 700 &"); when Wait returns, the child is
+// gone too, every time, in 100 rounds (the namespace that names the process's
+// descendants is taken before the workload exists, not after it exited).
+func TestExecParentExitsAtOnce(t *testing.T) {
+	f := newFixture(t)
+	sb := f.prepare(t)
+	for i := range 100 {
+		// A unique sleep length is the marker in the child's argv.
+		marker := fmt.Sprintf("9%d%03d", time.Now().UnixNano()%1e9, i)
+		p, err := sb.Start(context.Background(), boundary.Process{Argv: []string{"/bin/sh", "-c", "sleep " + marker + " &"}, Env: []string{"PATH=/usr/bin:/bin"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, err := p.Wait(); err != nil || code != 0 {
+			t.Fatalf("round %d: exit %d, %v", i, code, err)
+		}
+		if left := markedPIDs(marker); len(left) != 0 {
+			t.Fatalf("round %d: after Wait returned, still running: %v", i, left)
+		}
+	}
+}
