@@ -257,7 +257,10 @@ func (in *initState) start(m ctlMsg, files []*os.File) {
 		Env:   []string{},
 		Files: append([]*os.File{files[0], files[1], files[2], errW, cfgR, in.exe}, in.rules...),
 		Sys: &syscall.SysProcAttr{
-			Cloneflags:  unix.CLONE_NEWUSER,
+			// A cgroup namespace rooted at the sandbox's own cgroup: the
+			// workload's /proc/self/cgroup says "/", not moat-<run id>
+			// (the init joins its cgroup only after its own clone).
+			Cloneflags:  unix.CLONE_NEWUSER | unix.CLONE_NEWCGROUP,
 			UidMappings: []syscall.SysProcIDMap{{ContainerID: in.cfg.UID, HostID: 0, Size: 1}},
 			GidMappings: []syscall.SysProcIDMap{{ContainerID: in.cfg.GID, HostID: 0, Size: 1}},
 			// The stage needs CAP_SETPCAP to empty the bounding set and
@@ -395,18 +398,18 @@ var userCaps = []struct {
 	name string
 	max  int
 }{
-	{"max_inotify_instances", 16}, // 1/8 of the default per-uid budget
-	{"max_inotify_watches", 8192}, // enough for an editor or a build watcher
-	{"max_fanotify_groups", 0},    // fanotify_init is refused by the filter too
-	{"max_fanotify_marks", 0},     // idem
-	{"max_user_namespaces", 1024}, // one per running stage; the workload gets none (each stage caps its own at 0)
-	{"max_mnt_namespaces", 0},     // the workload never needs a namespace
-	{"max_ipc_namespaces", 0},     //
-	{"max_net_namespaces", 0},     //
-	{"max_pid_namespaces", 0},     //
-	{"max_uts_namespaces", 0},     //
-	{"max_cgroup_namespaces", 0},  //
-	{"max_time_namespaces", 0},    //
+	{"max_inotify_instances", 16},   // 1/8 of the default per-uid budget
+	{"max_inotify_watches", 8192},   // enough for an editor or a build watcher
+	{"max_fanotify_groups", 0},      // fanotify_init is refused by the filter too
+	{"max_fanotify_marks", 0},       // idem
+	{"max_user_namespaces", 1024},   // one per running stage; the workload gets none (each stage caps its own at 0)
+	{"max_mnt_namespaces", 0},       // the workload never needs a namespace
+	{"max_ipc_namespaces", 0},       //
+	{"max_net_namespaces", 0},       //
+	{"max_pid_namespaces", 0},       //
+	{"max_uts_namespaces", 0},       //
+	{"max_cgroup_namespaces", 1024}, // one per running stage, as for user namespaces
+	{"max_time_namespaces", 0},      //
 }
 
 // capCounters writes userCaps in this user namespace's /proc/sys/user.

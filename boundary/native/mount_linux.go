@@ -327,7 +327,8 @@ func isUnder(p, dir string) bool {
 // empty read-only file (or directory); README lists what stays visible.
 var procMasked = []string{
 	"cmdline", "sys/kernel/random/boot_id", "pressure", "interrupts", "diskstats",
-	"meminfo", "loadavg", "stat", "vmstat", "zoneinfo", "1/cmdline", "1/status",
+	"meminfo", "loadavg", "stat", "vmstat", "zoneinfo", "uptime", "softirqs",
+	"partitions", "buddyinfo", "1/cmdline", "1/status",
 }
 
 // maskProc covers procMasked under dir (the sandbox's fresh procfs, not

@@ -35,6 +35,12 @@ func TestRootCgroupLimits(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(mb)) != strconv.Itoa(512<<20) {
 		t.Errorf("memory.limit_in_bytes: got %q, %v; want %d", mb, err, 512<<20)
 	}
+	// The workload's cgroup view is rooted at its own cgroup: the run id
+	// (and the host's hierarchy) does not show.
+	res := f.ops(t, sb, "read:/proc/self/cgroup")
+	if got := res["read:/proc/self/cgroup"]; !strings.HasPrefix(got, "ok ") || strings.Contains(got, "moat-") {
+		t.Errorf("/proc/self/cgroup inside: %q, want it read, without the run's cgroup name", got)
+	}
 	// Enforcement: the workload tries to start more processes than the
 	// limit allows; some succeed (control), the rest fail.
 	code, out := f.run(t, sb, "forkmany", "64")
