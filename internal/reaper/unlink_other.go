@@ -1,0 +1,7 @@
+//go:build !linux
+
+package reaper
+
+import "errors"
+
+func unlinkSocket(string) error { return errors.New("reaper: only on Linux") }
