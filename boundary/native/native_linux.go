@@ -163,7 +163,12 @@ func initConfigFor(pol *policy.Policy, abi, gid int) (*initConfig, error) {
 			rs.Rules = append(rs.Rules, r)
 		}
 	}
-	rs.Rules = append(rs.Rules, llRule{Path: "/tmp", Access: llFSAll(abi)}, llRule{Path: "/proc", Access: llFSReadFile | llFSReadDir})
+	// read_dir beneath / lets `ls /` (agents do it first) and every
+	// skeleton directory be listed: all it shows is names of what is
+	// mounted, which the mount table shows anyway; it grants no read of a
+	// file and no listing that a grant's own rule does not.
+	rs.Rules = append(rs.Rules, llRule{Path: "/", Access: llFSReadDir},
+		llRule{Path: "/tmp", Access: llFSAll(abi)}, llRule{Path: "/proc", Access: llFSReadFile | llFSReadDir})
 	for _, n := range devNodes {
 		rs.Rules = append(rs.Rules, llRule{Path: "/dev/" + n, Access: llFSReadFile | llFSWriteFile | llFSTruncate | llFSIoctlDev})
 	}

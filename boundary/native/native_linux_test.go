@@ -137,7 +137,9 @@ func TestLandlockAlone(t *testing.T) {
 		"listen:127.0.0.1:0")
 	wantPrefix(t, res, "stat:"+filepath.Join(extra, "f.txt"), "ok") // mounted: it exists
 	wantPrefix(t, res, "read:"+filepath.Join(extra, "f.txt"), "err EACCES")
-	wantPrefix(t, res, "ls:"+extra, "err EACCES")
+	// Names can be listed: read_dir beneath / is granted so that `ls /`
+	// works (it shows what is mounted, as the mount table does).
+	wantPrefix(t, res, "ls:"+extra, "ok f.txt")
 	// The network namespace would let a loopback bind succeed: Landlock
 	// (ABI 4+) alone refuses it.
 	if LandlockABI() >= 4 {
@@ -690,5 +692,19 @@ func TestRuntimeFilesForHelpersOnly(t *testing.T) {
 	var se *boundary.StartError
 	if !errors.As(err, &se) || se.Code != 126 {
 		t.Errorf("the workload through moat's runtime files: got %v, want a StartError 126 (Landlock keeps it from the loader)", err)
+	}
+}
+
+// TestListRoot: `ls /` works inside (agents do it first) and shows the
+// root's own entries; reading a file that no grant covers still fails.
+func TestListRoot(t *testing.T) {
+	f := newFixture(t)
+	sb := f.prepare(t)
+	res := f.ops(t, sb, "ls:/", "read:/etc/hostname")
+	if got := res["ls:/"]; !strings.HasPrefix(got, "ok ") || !strings.Contains(got, "tmp") || !strings.Contains(got, "proc") {
+		t.Errorf("ls /: got %q, want the root's entries", got)
+	}
+	if got := res["read:/etc/hostname"]; strings.HasPrefix(got, "ok") {
+		t.Errorf("read of an ungranted file: got %q", got)
 	}
 }

@@ -61,8 +61,11 @@ func TestInitConfigRules(t *testing.T) {
 			t.Errorf("rule for %s: got %#x, want %#x", p, rules[p], acc)
 		}
 	}
-	if len(rules) != 4+len(devNodes) {
-		t.Errorf("rules: got %d (%v), want %d", len(rules), rules, 4+len(devNodes))
+	if rules["/"] != llFSReadDir {
+		t.Errorf("rule for /: got %#x, want read_dir only", rules["/"])
+	}
+	if len(rules) != 5+len(devNodes) {
+		t.Errorf("rules: got %d (%v), want %d", len(rules), rules, 5+len(devNodes))
 	}
 	if cfg.Landlock.ExecFD != -1 {
 		t.Errorf("workload ruleset with an exec fd: %d", cfg.Landlock.ExecFD)
