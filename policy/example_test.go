@@ -36,7 +36,7 @@ sandbox: true
 // The effective policy fills in every default; YAML prints it in a form
 // that loads back unchanged.
 func ExamplePolicy_YAML() {
-	p, err := policy.Parse([]byte("process: {uid: 1500}\naudit: {dir: /var/lib/moat/runs}\n"), "")
+	p, err := policy.Parse([]byte("version: 1\nprocess: {uid: 1500}\naudit: {dir: /var/lib/moat/runs}\n"), "")
 	if err != nil {
 		panic(err)
 	}

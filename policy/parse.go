@@ -118,7 +118,8 @@ func (d *decoder) decode(data []byte) *Policy {
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return p // an empty document is the default policy
+			d.empty()
+			return p
 		}
 		d.add(nil, CodeSyntax, "", "not valid YAML: %s", yamlMsg(err))
 		return p
@@ -129,17 +130,21 @@ func (d *decoder) decode(data []byte) *Policy {
 		return p
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
+		d.empty()
 		return p
 	}
 	root := doc.Content[0]
 	if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
-		return p // a document holding only comments
+		d.empty() // a document holding only comments
+		return p
 	}
 	fields := d.mapping(root, "", topKeys...)
 	if n := fields["version"]; n != nil {
-		if v, ok := d.int(n, "version"); ok && v != 1 {
-			d.add(n, CodeBadValue, "version", "version %d is not supported; this moat reads version 1", v)
+		if v, ok := d.int(n, "version"); ok && v != DefaultVersion {
+			d.add(n, CodeBadValue, "version", "version %d is not supported; this moat reads version %d: write \"version: %d\" and the keys that version documents (moat policy schema)", v, DefaultVersion, DefaultVersion)
 		}
+	} else if root.Kind == yaml.MappingNode {
+		d.add(root, CodeMissing, "version", "missing; write \"version: %d\" as the first line: it names the policy format this file is written for, and moat refuses a policy that does not say", DefaultVersion)
 	}
 	if n := fields["backend"]; n != nil {
 		if s, ok := d.str(n, "backend"); ok {
@@ -183,6 +188,15 @@ func (d *decoder) decode(data []byte) *Policy {
 		}
 	}
 	return p
+}
+
+// empty refuses a policy with no keys (line 1, the document). Such a
+// file is far more likely a mistake (a wrong path, a truncated write) than
+// a wish for the defaults, and the built-in default (no --policy) grants
+// the system directories, which an empty file would not: neither meaning
+// is guessed.
+func (d *decoder) empty() {
+	d.add(&yaml.Node{Line: 1, Column: 1}, CodeMissing, "", "the policy is empty (no keys, at most comments); write at least \"version: %d\" and the grants the workload needs (e.g. examples/minimal.yaml), or run moat without --policy for the built-in default", DefaultVersion)
 }
 
 // yamlMsg trims the library's prefix from a YAML error.

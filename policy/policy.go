@@ -9,8 +9,8 @@
 // escapes the policy's directory /srv/agent`). All problems are collected and
 // returned together in an *Error. Refused: unknown keys, duplicate keys,
 // wrong types (a string where a number is wanted, and the reverse), null
-// values, anchors and aliases, more than one YAML document, version other
-// than 1, impossible values (uid 0, negative limits, bad sizes), relative
+// values, anchors and aliases, more than one YAML document, an empty file
+// (or one of comments only), a missing version or one other than 1, impossible values (uid 0, negative limits, bad sizes), relative
 // paths that leave the policy's directory, grants that do not exist or hold
 // a Unix socket, an audit directory inside (or containing) a grant, and
 // provider mistakes (unknown api, duplicate names, no models, a base_url that

@@ -53,7 +53,7 @@ func TestParseValid(t *testing.T) {
 		yaml  string
 		check func(t *testing.T, p *Policy)
 	}{
-		{"empty document is all defaults", "", func(t *testing.T, p *Policy) {
+		{"version alone is all defaults", "version: 1\n", func(t *testing.T, p *Policy) {
 			want := defaults()
 			want.Process.Workdir = "/tmp"
 			want.Audit.Dir = defaultAuditDir()
@@ -71,7 +71,7 @@ func TestParseValid(t *testing.T) {
 				t.Errorf("max_refusals %d, max_bytes %d; want %d and %d", p.Inference.MaxRefusals, p.Audit.MaxBytes, DefaultMaxRefusals, DefaultAuditMaxBytes)
 			}
 		}},
-		{"comments only", "# nothing\n", func(t *testing.T, p *Policy) {
+		{"comments and version", "# nothing else\nversion: 1 # the format\n", func(t *testing.T, p *Policy) {
 			if p.Version != 1 || p.Backend != "native" {
 				t.Errorf("got version %d backend %q, want 1 native", p.Version, p.Backend)
 			}
@@ -149,12 +149,68 @@ inference:
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, perr := f.parse(t, tt.yaml)
+			p, perr := f.parse(t, v1(tt.yaml))
 			if perr != nil {
 				t.Fatalf("Parse: %v", perr)
 			}
 			tt.check(t, p)
 		})
+	}
+}
+
+// v1 puts "version: 1" in front of a policy that does not say it.
+func v1(y string) string {
+	if strings.HasPrefix(y, "version:") || strings.Contains(y, "\nversion:") {
+		return y
+	}
+	return "version: 1\n" + y
+}
+
+// TestVersionRequired: an empty policy, one of comments only and one
+// without version are refused, each with the line and a message that says
+// what to write; "version: 1" added to each is the control.
+func TestVersionRequired(t *testing.T) {
+	f := newFixture(t)
+	tests := []struct {
+		name, yaml string
+		path       string
+		line       int
+		msg        string
+		fixed      string // the control; default "version: 1\n" + yaml
+	}{
+		{"empty file", "", "", 1, `the policy is empty (no keys, at most comments); write at least "version: 1"`, ""},
+		{"whitespace only", "\n  \n", "", 1, "the policy is empty", ""},
+		{"comments only", "# a policy\n# to be written\n", "", 1, "the policy is empty", ""},
+		{"no version", "# grants\nfilesystem:\n  read_write: [workspace]\n", "version", 2, `missing; write "version: 1" as the first line`, ""},
+		{"no version, flow style", "{filesystem: {read_only: [data]}}\n", "version", 1, `write "version: 1"`, "{version: 1, filesystem: {read_only: [data]}}\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, perr := f.parse(t, tt.yaml)
+			if perr == nil {
+				t.Fatalf("Parse accepted %q", tt.yaml)
+			}
+			if len(perr.Problems) != 1 {
+				t.Fatalf("got %d problems, want 1: %v", len(perr.Problems), perr)
+			}
+			got := perr.Problems[0]
+			if got.Code != CodeMissing || got.Path != tt.path || got.Line != tt.line || !strings.Contains(got.Message, tt.msg) {
+				t.Errorf("got %s %q line %d %q; want %s %q line %d containing %q", got.Code, got.Path, got.Line, got.Message, CodeMissing, tt.path, tt.line, tt.msg)
+			}
+			// Control: the same file with the version written loads.
+			fixed := tt.fixed
+			if fixed == "" {
+				fixed = "version: 1\n" + tt.yaml
+			}
+			if _, perr := f.parse(t, fixed); perr != nil {
+				t.Errorf("with version: 1: %v", perr)
+			}
+		})
+	}
+	// A file without version that has other problems reports all of them.
+	_, perr := f.parse(t, "process: {uid: 0}\n")
+	if perr == nil || !perr.Has(CodeMissing, "version") || !perr.Has(CodeRootID, "process.uid") {
+		t.Errorf("got %v, want missing version and uid 0 both", perr)
 	}
 }
 
@@ -339,7 +395,7 @@ func TestLoadNamesFile(t *testing.T) {
 	if want := p + ":3: process.uid: uid 0 is root"; !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("got %q, want prefix %q", err, want)
 	}
-	if err := os.WriteFile(p, []byte("filesystem: {read_write: [workspace]}\n"), 0o644); err != nil {
+	if err := os.WriteFile(p, []byte("version: 1\nfilesystem: {read_write: [workspace]}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	pol, err := Load(p)
@@ -360,7 +416,7 @@ func TestRelativeWithoutBaseDir(t *testing.T) {
 	if !errors.As(err, &pe) || !pe.Has(CodeBadPath, "filesystem.read_only[0]") {
 		t.Errorf("got %v, want a bad_path problem", err)
 	}
-	if _, err := Parse([]byte("filesystem: {read_only: [/usr]}\n"), ""); err != nil {
+	if _, err := Parse([]byte("version: 1\nfilesystem: {read_only: [/usr]}\n"), ""); err != nil {
 		t.Errorf("absolute path without base dir: %v", err)
 	}
 }
@@ -380,14 +436,14 @@ func TestSocketInGrant(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	pol, perr := f.parse(t, "filesystem: {read_write: [workspace], read_only: [data]}\n")
+	pol, perr := f.parse(t, v1("filesystem: {read_write: [workspace], read_only: [data]}\n"))
 	if perr != nil {
 		t.Fatalf("a socket inside a grant: got %v, want the policy to load", perr)
 	}
 	if _, err := pol.ResolveGrants(); err != nil {
 		t.Fatalf("ResolveGrants with a socket inside a grant: %v", err)
 	}
-	_, perr = f.parse(t, "filesystem: {read_only: [workspace/deep/er/s.sock]}\n")
+	_, perr = f.parse(t, v1("filesystem: {read_only: [workspace/deep/er/s.sock]}\n"))
 	if perr == nil || !perr.Has(CodeBadType, "filesystem.read_only[0]") {
 		t.Errorf("grant of a socket: got %v, want bad_type", perr)
 	}
@@ -400,11 +456,11 @@ func TestAuditThroughSymlink(t *testing.T) {
 	if err := os.Symlink(f.ws, filepath.Join(f.dir, "alias")); err != nil {
 		t.Fatal(err)
 	}
-	_, perr := f.parse(t, "filesystem: {read_write: [workspace]}\naudit: {dir: /"+filepath.Join(f.dir, "alias", "runs")[1:]+"}\n")
+	_, perr := f.parse(t, v1("filesystem: {read_write: [workspace]}\naudit: {dir: /"+filepath.Join(f.dir, "alias", "runs")[1:]+"}\n"))
 	if perr == nil || !perr.Has(CodeAuditInside, "audit.dir") {
 		t.Errorf("got %v, want audit_inside", perr)
 	}
-	if _, perr := f.parse(t, "filesystem: {read_write: [workspace]}\naudit: {dir: runs}\n"); perr != nil {
+	if _, perr := f.parse(t, v1("filesystem: {read_write: [workspace]}\naudit: {dir: runs}\n")); perr != nil {
 		t.Errorf("control: audit beside the workspace: %v", perr)
 	}
 }
@@ -438,7 +494,8 @@ func TestDefault(t *testing.T) {
 
 func TestRoundTripAndSHA256(t *testing.T) {
 	f := newFixture(t)
-	y := `filesystem: {read_only: [data], read_write: [workspace], tmp_size: 1048577}
+	y := `version: 1
+filesystem: {read_only: [data], read_write: [workspace], tmp_size: 1048577}
 process: {uid: 5, host_uid: 7, env: {A: "1"}, limits: {memory: 100Mi}}
 inference:
   providers:
@@ -482,7 +539,7 @@ inference:
 
 func TestResolveHostIDs(t *testing.T) {
 	f := newFixture(t)
-	p, perr := f.parse(t, "filesystem: {read_write: [workspace]}\n")
+	p, perr := f.parse(t, v1("filesystem: {read_write: [workspace]}\n"))
 	if perr != nil {
 		t.Fatal(perr)
 	}
@@ -526,7 +583,7 @@ func TestRootResolveHostIDsWorkspaceOwner(t *testing.T) {
 	if err := os.Chown(f.ws, 4242, 4343); err != nil {
 		t.Fatal(err)
 	}
-	p, perr := f.parse(t, "filesystem: {read_write: [workspace]}\n")
+	p, perr := f.parse(t, v1("filesystem: {read_write: [workspace]}\n"))
 	if perr != nil {
 		t.Fatal(perr)
 	}

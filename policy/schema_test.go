@@ -84,6 +84,9 @@ func TestSchemaMatchesDecoder(t *testing.T) {
 	if !slices.Equal(s.Properties["backend"].Enum, Backends) || !slices.Equal(prov.Properties["api"].Enum, APIs) {
 		t.Errorf("schema enums %v %v, want %v %v", s.Properties["backend"].Enum, prov.Properties["api"].Enum, Backends, APIs)
 	}
+	if want := []string{"version"}; !slices.Equal(s.Required, want) {
+		t.Errorf("top-level required %v, want %v (the decoder refuses a policy without version)", s.Required, want)
+	}
 	if want := []string{"name", "api", "base_url", "credential_env", "models"}; !slices.Equal(prov.Required, want) {
 		t.Errorf("provider required %v, want %v", prov.Required, want)
 	}

@@ -26,7 +26,7 @@ func writePolicyFile(t *testing.T, body string) string {
 }
 
 func TestPolicyCheck(t *testing.T) {
-	good := writePolicyFile(t, "filesystem: {read_write: [ws]}\naudit: {dir: runs}\n")
+	good := writePolicyFile(t, "version: 1\nfilesystem: {read_write: [ws]}\naudit: {dir: runs}\n")
 	bad := writePolicyFile(t, "version: 2\nprocess: {uid: 0}\nfilesystem: {read_write: [../x, ws]}\nextra: 1\n")
 
 	t.Run("valid yaml", func(t *testing.T) {
