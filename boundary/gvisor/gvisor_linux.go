@@ -20,7 +20,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moat-sandbox/moat/boundary"
-	"github.com/moat-sandbox/moat/internal/grants"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -81,11 +80,7 @@ func (backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.Sandbo
 	// interpreter and libraries are bound read-only too (gVisor has no
 	// Landlock to keep them from the workload; they are the host's
 	// libc and loader, which grant nothing).
-	rt, err := grants.Runtime()
-	if err == nil {
-		err = plan.AddRuntime(rt)
-	}
-	if err != nil {
+	if err := plan.AddRuntime(); err != nil {
 		return nil, fmt.Errorf("moat: refused: %w", err)
 	}
 	grantsDir := filepath.Join(dir, "grants")
@@ -234,38 +229,72 @@ func (s *sandbox) startInit(exe string, cfg initConfig) error {
 	return nil
 }
 
-// hostPID maps a pid of the init's PID namespace to a host pid, via the
-// NSpid lines of /proc/<pid>/status.
+// hostPID maps a pid of the init's PID namespace to a host pid. The
+// process may sit in a PID namespace nested below the init's (a newer
+// runsc puts its sandbox process in one of its own), so the match is on
+// the NSpid entry at the init's depth, and the process must descend from
+// the init (a pid of the same depth in another namespace does not).
 func (s *sandbox) hostPID(inner int) int {
 	if inner == 1 {
 		return s.initPID
 	}
-	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", s.initPID))
-	if err != nil {
+	initNS, _, ok := procStatus(s.initPID)
+	if !ok || len(initNS) == 0 {
 		return 0
 	}
+	depth := len(initNS) - 1
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		if l, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); l != ns {
+		ns, _, ok := procStatus(pid)
+		if !ok || len(ns) <= depth || ns[depth] != inner {
 			continue
 		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-		if err != nil {
-			continue
-		}
-		for _, ln := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(strings.TrimPrefix(ln, "NSpid:")); strings.HasPrefix(ln, "NSpid:") && len(f) >= 2 {
-				if v, _ := strconv.Atoi(f[len(f)-1]); v == inner {
-					return pid
-				}
-			}
+		if s.descends(pid) {
+			return pid
 		}
 	}
 	return 0
+}
+
+// descends reports whether pid is a descendant of the init.
+func (s *sandbox) descends(pid int) bool {
+	for i := 0; i < 64 && pid > 1; i++ {
+		_, ppid, ok := procStatus(pid)
+		if !ok {
+			return false
+		}
+		if ppid == s.initPID {
+			return true
+		}
+		pid = ppid
+	}
+	return false
+}
+
+// procStatus reads the NSpid list (outermost first) and PPid of a process.
+func procStatus(pid int) (nspid []int, ppid int, ok bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return nil, 0, false
+	}
+	for _, ln := range strings.Split(string(b), "\n") {
+		if v, found := strings.CutPrefix(ln, "NSpid:"); found {
+			for _, f := range strings.Fields(v) {
+				n, err := strconv.Atoi(f)
+				if err != nil {
+					return nil, 0, false
+				}
+				nspid = append(nspid, n)
+			}
+		} else if v, found := strings.CutPrefix(ln, "PPid:"); found {
+			ppid, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	return nspid, ppid, len(nspid) > 0
 }
 
 type proc struct {

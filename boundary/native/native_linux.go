@@ -18,7 +18,6 @@ import (
 
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/boundary/native/seccomp"
-	"github.com/moat-sandbox/moat/internal/grants"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -140,11 +139,7 @@ func initConfigFor(pol *policy.Policy, abi, gid int) (*initConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("moat: refused: %w", err)
 	}
-	rt, err := grants.Runtime()
-	if err == nil {
-		err = plan.AddRuntime(rt)
-	}
-	if err != nil {
+	if err := plan.AddRuntime(); err != nil {
 		return nil, fmt.Errorf("moat: refused: %w", err)
 	}
 	cfg.Plan = *plan

@@ -45,4 +45,4 @@ func (m Mount) Open(Checks) (int, error) { return -1, errors.New("grants: only o
 func Runtime() ([]Spec, error) { return nil, nil }
 
 // AddRuntime is Linux-only.
-func (pl *Plan) AddRuntime([]Spec) error { return nil }
+func (pl *Plan) AddRuntime() error { return nil }

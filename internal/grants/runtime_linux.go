@@ -86,10 +86,17 @@ func runtimeFiles() ([]Spec, error) {
 	return specs, nil
 }
 
-// AddRuntime resolves specs (see Runtime) and adds those not already
-// covered by a mount of the plan as runtime mounts, keeping the plan's
-// order (parents first).
-func (pl *Plan) AddRuntime(specs []Spec) error {
+// AddRuntime adds the files of Runtime that no mount of the plan covers
+// as runtime mounts, keeping the plan's order (parents first).
+func (pl *Plan) AddRuntime() error {
+	rt, err := Runtime()
+	if err != nil {
+		return fmt.Errorf("moat's own runtime files: %w", err)
+	}
+	return pl.addRuntime(rt)
+}
+
+func (pl *Plan) addRuntime(specs []Spec) error {
 	if len(specs) == 0 {
 		return nil
 	}
