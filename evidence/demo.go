@@ -109,10 +109,25 @@ func Demo(ctx context.Context, o DemoOptions) (ok bool, err error) {
 	for _, r := range cr.Reasons {
 		fmt.Fprintf(w, "  %s\n", r)
 	}
-	fmt.Fprintf(w, "\nEvidence: %s\n  journal.jsonl, audit-public-key.pem  the signed journal and the run's public key\n  provider-events.jsonl               every request the provider received, with its verified record\n  receiver-events.jsonl, host.json    the host receivers and the host's own observations\n  probe.out, moat.err                 what the agent and moat printed\n", dir)
-	fmt.Fprintf(w, "Check it yourself (the fingerprint is the run key moat printed when the run started, pinned from its run info):\n  moat audit verify %s --pubkey %s --key-fingerprint %s\n  moat audit show %s\n",
-		filepath.Join(dir, FileJournal), filepath.Join(dir, FilePublicKey), demoFingerprint(cr.AuditKeyID), filepath.Join(dir, FileJournal))
+	fmt.Fprintf(w, "\nEvidence: %s\n  journal.jsonl, pubkey.pem            the signed journal and the run's public key\n  provider-events.jsonl               every request the provider received, with its verified record\n  receiver-events.jsonl, host.json    the host receivers and the host's own observations\n  probe.out, moat.err                 what the agent and moat printed\n", dir)
+	self := selfCommand()
+	fmt.Fprintf(w, "Check it yourself (the fingerprint is the run key moat printed when the run started, pinned from its run info):\n  %s audit verify %s --pubkey %s --key-fingerprint %s\n  %s audit show %s\n",
+		self, filepath.Join(dir, FileJournal), filepath.Join(dir, FilePublicKey), demoFingerprint(cr.AuditKeyID), self, filepath.Join(dir, FileJournal))
 	return cr.Outcome == OutcomePass, nil
+}
+
+// selfCommand is how to run this moat again, as printed for the user: the
+// binary's absolute path, or `go run ./cmd/moat` when it is the temporary
+// build of `go run` (removed when it exits).
+func selfCommand() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "moat"
+	}
+	if strings.Contains(exe, string(filepath.Separator)+"go-build") {
+		return "go run ./cmd/moat"
+	}
+	return exe
 }
 
 // demoFingerprint is the pin to print; a run that never announced its key

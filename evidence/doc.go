@@ -16,7 +16,7 @@
 //	cases/<name>/      the raw, controller-owned observations of one case:
 //	    policy.yaml            the policy the case ran with (credential env names only)
 //	    run-info.json          what moat wrote with --run-info (absent if it never got Ready)
-//	    audit-public-key.pem   the run key, pinned from run-info before the first request
+//	    pubkey.pem             the run key, pinned from run-info before the first request
 //	    journal.jsonl          the run's journal, byte for byte
 //	    provider-events.jsonl  one ProviderEvent per request the synthetic provider received
 //	    redirect-events.jsonl  one ReceiverEvent per connection the redirect target received

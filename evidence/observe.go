@@ -18,7 +18,7 @@ import (
 const (
 	FilePolicy         = "policy.yaml"
 	FileRunInfo        = "run-info.json"
-	FilePublicKey      = "audit-public-key.pem"
+	FilePublicKey      = "pubkey.pem" // the name every run's directory uses
 	FileJournal        = "journal.jsonl"
 	FileProviderEvents = "provider-events.jsonl"
 	FileRedirectEvents = "redirect-events.jsonl"
