@@ -11,6 +11,12 @@
 // unprivileged); unavailable (the backend declared the property
 // unavailable and the policy does not require it).
 //
+// A scenario that is invalid only because a root-only check could not run
+// unprivileged is marked Unprivileged. It is still not a pass (the check
+// did not run), but it is not a failure of the host or the backend either:
+// a run by a non-root user is OK when every other scenario passed or is
+// unavailable. Run as root, no check is skipped for that reason.
+//
 // Observations that decide outcomes are the suite's own: receivers on the
 // host and in a test network namespace, files on the host, the journal
 // verified against the key pinned from --run-info, processes on the host.
@@ -21,6 +27,7 @@ package conformance
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -47,7 +54,13 @@ type Result struct {
 	Reason       string   `json:"reason"`
 	Observations []string `json:"observations"`
 	DurationMS   int64    `json:"duration_ms"`
+	// Unprivileged marks an invalid outcome whose only missing evidence
+	// is a root-only check that a non-root run cannot make.
+	Unprivileged bool `json:"unprivileged,omitempty"`
 }
+
+// errNeedsRoot is the reason a root-only check did not run.
+var errNeedsRoot = errors.New("not root")
 
 // Report is the whole run.
 type Report struct {
@@ -58,10 +71,15 @@ type Report struct {
 	Results []Result  `json:"results"`
 }
 
-// OK reports whether every scenario passed or is unavailable.
+// OK reports whether every scenario passed or is unavailable; run
+// unprivileged, a scenario invalid only because its root-only checks could
+// not run is accepted too (see the package doc).
 func (r *Report) OK() bool {
 	for _, res := range r.Results {
-		if res.Outcome != Pass && res.Outcome != Unavailable {
+		switch {
+		case res.Outcome == Pass, res.Outcome == Unavailable:
+		case res.Outcome == Invalid && res.Unprivileged && !r.Root:
+		default:
 			return false
 		}
 	}
@@ -90,6 +108,21 @@ func Names() []string {
 	return n
 }
 
+// CheckScenarios refuses a scenario name that does not exist, naming the
+// known ones.
+func CheckScenarios(names []string) error {
+	for _, want := range names {
+		found := false
+		for _, s := range scenarios {
+			found = found || s.name == want
+		}
+		if !found {
+			return fmt.Errorf("unknown scenario %q (known: %s)", want, strings.Join(Names(), ", "))
+		}
+	}
+	return nil
+}
+
 // Run runs the chosen scenarios against a backend.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Backend == "" {
@@ -102,19 +135,17 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		o.Binary = exe
 	}
+	if err := CheckScenarios(o.Scenarios); err != nil {
+		return nil, err
+	}
 	chosen := scenarios
 	if len(o.Scenarios) > 0 {
 		chosen = nil
 		for _, want := range o.Scenarios {
-			found := false
 			for _, s := range scenarios {
 				if s.name == want {
 					chosen = append(chosen, s)
-					found = true
 				}
-			}
-			if !found {
-				return nil, fmt.Errorf("unknown scenario %q (known: %s)", want, strings.Join(Names(), ", "))
 			}
 		}
 	}
@@ -145,7 +176,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "SCENARIO\tOUTCOME\tREASON\n")
 	for _, res := range r.Results {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", res.Scenario, res.Outcome, res.Reason)
+		outcome := string(res.Outcome)
+		if res.Unprivileged {
+			outcome += " (needs root)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", res.Scenario, outcome, res.Reason)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -158,8 +193,14 @@ func (r *Report) WriteTable(w io.Writer) error {
 	for _, o := range []Outcome{Pass, Fail, Invalid, Unavailable} {
 		parts = append(parts, fmt.Sprintf("%d %s", counts[o], o))
 	}
-	_, err := fmt.Fprintf(w, "backend %s: %s\n", r.Backend, strings.Join(parts, ", "))
-	return err
+	if _, err := fmt.Fprintf(w, "backend %s: %s\n", r.Backend, strings.Join(parts, ", ")); err != nil {
+		return err
+	}
+	if r.OK() && counts[Invalid] > 0 {
+		_, err := fmt.Fprintf(w, "the invalid scenarios only lack root-only checks, which a run as root makes; not a failure\n")
+		return err
+	}
+	return nil
 }
 
 // WriteJSON prints the report as JSON.
@@ -178,6 +219,7 @@ type verdict struct {
 	controlsOK int
 	controlBad []string
 	missing    []string
+	rootOnly   []string // missing evidence that only a run as root can give
 }
 
 func (v *verdict) observe(format string, a ...any) { v.obs = append(v.obs, fmt.Sprintf(format, a...)) }
@@ -212,6 +254,13 @@ func (v *verdict) invalid(format string, a ...any) {
 	v.missing = append(v.missing, s)
 }
 
+// needsRoot records a root-only check that could not run unprivileged.
+func (v *verdict) needsRoot(format string, a ...any) {
+	s := fmt.Sprintf(format, a...)
+	v.observe("missing evidence (needs root): %s", s)
+	v.rootOnly = append(v.rootOnly, s)
+}
+
 func (v *verdict) result() Result {
 	sort.Strings(v.adverse)
 	switch {
@@ -223,6 +272,8 @@ func (v *verdict) result() Result {
 		return Result{Outcome: Invalid, Reason: strings.Join(v.missing, "; "), Observations: v.obs}
 	case v.controlsOK == 0:
 		return Result{Outcome: Invalid, Reason: "no positive control ran", Observations: v.obs}
+	case len(v.rootOnly) > 0:
+		return Result{Outcome: Invalid, Unprivileged: true, Reason: "needs root: " + strings.Join(v.rootOnly, "; "), Observations: v.obs}
 	}
 	return Result{Outcome: Pass, Reason: fmt.Sprintf("%d violations failed, %d controls worked", countPrefix(v.obs, "held: "), v.controlsOK), Observations: v.obs}
 }

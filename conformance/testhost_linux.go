@@ -28,7 +28,7 @@ var testHostSeq atomic.Int32
 
 func newTestHost(h *harness) (*testHost, error) {
 	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("not root")
+		return nil, errNeedsRoot
 	}
 	if _, err := exec.LookPath("ip"); err != nil {
 		return nil, fmt.Errorf("ip (iproute2) not found")
