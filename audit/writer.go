@@ -260,18 +260,22 @@ func (w *Writer) checkPlace(seq int64, r Record) error {
 	return nil
 }
 
-func (w *Writer) count(r Record) {
+func (w *Writer) count(r Record) { w.counts.add(r) }
+
+// add counts r as run.terminated's counts do (the writer, and the
+// summaries of runs.go, count the same way).
+func (c *Counts) add(r Record) {
 	switch r.(type) {
 	case InferenceRequested:
-		w.counts.Requested++
+		c.Requested++
 	case InferenceCompleted:
-		w.counts.Completed++
+		c.Completed++
 	case InferenceRefused:
-		w.counts.Refused++
+		c.Refused++
 	case InferenceFailed:
-		w.counts.Failed++
+		c.Failed++
 	case ProcessStarted:
-		w.counts.Processes++
+		c.Processes++
 	}
 }
 
