@@ -80,7 +80,7 @@ func probeAction(kind, arg string) error {
 		return err
 	case "broker":
 		// The broker's address comes from the environment moat sets.
-		u := os.Getenv("ANTHROPIC_BASE_URL")
+		u := os.Getenv("MOAT_BROKER_URL")
 		hostport := strings.TrimPrefix(u, "http://")
 		c, err := net.DialTimeout("tcp", hostport, dialTimeout)
 		if err == nil {
@@ -146,7 +146,7 @@ func probeAction(kind, arg string) error {
 		if err != nil {
 			return err
 		}
-		hostport := strings.TrimPrefix(os.Getenv("ANTHROPIC_BASE_URL"), "http://")
+		hostport := strings.TrimPrefix(os.Getenv("MOAT_BROKER_URL"), "http://")
 		c, err := net.DialTimeout("tcp", hostport, dialTimeout)
 		if err != nil {
 			return err

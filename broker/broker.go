@@ -100,7 +100,11 @@ type Config struct {
 	// provider's ca_file, no proxy from the environment, plain http only to
 	// loopback addresses.
 	Upstream *http.Transport
-	// Log receives one line per decision; nil discards.
+	// Log receives the broker's lines; nil discards. Levels: Error for a
+	// fatal event (the run ends), Warn for each refused or failed request,
+	// Info for each completed request, Debug for each admitted request
+	// before it is sent. The handler's level chooses which are printed
+	// (moat: --log-level / MOAT_LOG); the journal has every request anyway.
 	Log *slog.Logger
 }
 
@@ -537,6 +541,8 @@ func (b *Broker) handle(w *conn, req *request) bool {
 			"the run's request allowance (max_requests %d) is used up; no further model requests are possible in this run", b.maxReq))
 		return false
 	}
+	b.log.Debug("moat.broker admitted", "request_id", id, "provider", p.name, "endpoint", rt.endpoint,
+		"model", adm.Model, "stream", adm.Stream, "attribution", att.Status)
 	// forward builds the pre-effect record; append adds these headers to
 	// it, so the record shows exactly the worker headers that are sent.
 	b.fwdHeaders.Store(id, fwd)
@@ -608,7 +614,7 @@ func (b *Broker) refuse(w *conn, api, id, provider, endpoint string, fe *frontEr
 	msg := wire.BoundTo("moat: refused: "+strings.TrimPrefix(fe.Msg, "moat: refused: "), MaxDetailBytes)
 	switch n := b.refusals.Add(1); {
 	case n <= b.maxRefusals+1:
-		b.log.Info("moat.broker refused", "request_id", id, "reason", fe.Code, "provider", provider, "endpoint", endpoint, "detail", msg)
+		b.log.Warn("moat.broker refused", "request_id", id, "reason", fe.Code, "provider", provider, "endpoint", endpoint, "detail", msg)
 		b.append(audit.InferenceRefused{RequestID: id, Reason: fe.Code, Detail: msg,
 			Provider: provider, Endpoint: endpoint, Attribution: b.attribute(w.c)}) // a no-op once the journal failed
 		if n == b.maxRefusals+1 {

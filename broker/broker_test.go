@@ -396,13 +396,55 @@ type fixedAttributor audit.Attribution
 
 func (f fixedAttributor) Attribute(net.Conn) audit.Attribution { return audit.Attribution(f) }
 
-// TestWorkloadEnv pins the variables the SDKs read.
+// TestWorkloadEnv pins the variables the SDKs read: each family's only
+// with a provider of that family, MOAT_BROKER_URL always.
 func TestWorkloadEnv(t *testing.T) {
-	got := WorkloadEnv(4711, nil)
-	want := []string{"ANTHROPIC_BASE_URL=http://127.0.0.1:4711", "ANTHROPIC_API_KEY=" + Placeholder,
-		"OPENAI_BASE_URL=http://127.0.0.1:4711/v1", "OPENAI_API_KEY=" + Placeholder}
-	if !slices.Equal(got, want) {
-		t.Errorf("WorkloadEnv = %v, want %v", got, want)
+	withAPIs := func(apis ...string) *policy.Policy {
+		p := &policy.Policy{}
+		for i, a := range apis {
+			p.Inference.Providers = append(p.Inference.Providers, policy.Provider{Name: fmt.Sprint("p", i), API: a})
+		}
+		return p
+	}
+	const (
+		anth   = "ANTHROPIC_BASE_URL=http://127.0.0.1:4711"
+		anthK  = "ANTHROPIC_API_KEY=" + Placeholder
+		oai    = "OPENAI_BASE_URL=http://127.0.0.1:4711/v1"
+		oaiK   = "OPENAI_API_KEY=" + Placeholder
+		broker = "MOAT_BROKER_URL=http://127.0.0.1:4711"
+	)
+	for _, tt := range []struct {
+		name string
+		pol  *policy.Policy
+		want []string
+	}{
+		{"no policy", nil, []string{broker}},
+		{"no providers", withAPIs(), []string{broker}},
+		{"anthropic only", withAPIs("anthropic-messages"), []string{anth, anthK, broker}},
+		{"openai chat only", withAPIs("openai-chat"), []string{oai, oaiK, broker}},
+		{"openai responses only", withAPIs("openai-responses"), []string{oai, oaiK, broker}},
+		{"both families", withAPIs("openai-responses", "anthropic-messages", "openai-chat"), []string{anth, anthK, oai, oaiK, broker}},
+	} {
+		if got := WorkloadEnv(4711, tt.pol); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: WorkloadEnv = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestCheckCredential: the rule a run applies at start is New's.
+func TestCheckCredential(t *testing.T) {
+	for _, c := range []string{"", "short", "sk has space", "sk-\x01-0123456789", strings.Repeat("k", MaxCredentialBytes+1)} {
+		if CheckCredential("p", c) == nil {
+			t.Errorf("CheckCredential(%q) accepted it", c)
+		}
+		pol := &policy.Policy{Version: 1, Audit: policy.Audit{MaxBytes: policy.DefaultAuditMaxBytes}, Inference: policy.Inference{Providers: []policy.Provider{
+			{Name: "p", API: "anthropic-messages", BaseURL: "https://x.example", CredentialEnv: "K", Models: []string{"m"}}}}}
+		if _, err := New(Config{Policy: pol, Journal: newTestJournal(t), Credentials: map[string]string{"p": c}}); err == nil && c != "" {
+			t.Errorf("New accepted credential %q that CheckCredential refuses", c)
+		}
+	}
+	if err := CheckCredential("p", "sk-0123456789"); err != nil {
+		t.Errorf("control: %v", err)
 	}
 }
 

@@ -2,27 +2,49 @@ package broker
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/moat-sandbox/moat/policy"
 )
 
+// BrokerURLEnv names the variable that always tells the workload where the
+// broker listens (http://127.0.0.1:port), whatever providers the policy has.
+const BrokerURLEnv = "MOAT_BROKER_URL"
+
 // WorkloadEnv is the environment that points unmodified SDKs at the broker
-// listening on 127.0.0.1:port inside the sandbox. Both families are always
-// set, whatever the policy configures: an SDK for an API without a provider
-// then reaches the broker and gets a refusal that names the problem,
-// instead of trying the real provider and failing with no route.
+// listening on 127.0.0.1:port inside the sandbox. Each provider family's
+// variables are set only when the policy has a provider of that family:
+// ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY for an anthropic-* API,
+// OPENAI_BASE_URL and OPENAI_API_KEY for an openai-* API. A family
+// without a provider gets none, so that neither an SDK nor an agent that
+// probes its environment takes that API for configured. MOAT_BROKER_URL
+// is always set. A nil policy has no providers.
 //
 // The Anthropic SDKs append /v1/messages to ANTHROPIC_BASE_URL; the OpenAI
 // SDKs append /chat/completions or /responses to OPENAI_BASE_URL, which
 // therefore ends in /v1. The keys are placeholders (Placeholder): the real
 // credentials never enter the sandbox.
 func WorkloadEnv(port int, pol *policy.Policy) []string {
-	_ = pol // routing is by endpoint and model; the variables do not depend on the policy
 	base := "http://127.0.0.1:" + strconv.Itoa(port)
-	return []string{
-		"ANTHROPIC_BASE_URL=" + base,
-		"ANTHROPIC_API_KEY=" + Placeholder,
-		"OPENAI_BASE_URL=" + base + "/v1",
-		"OPENAI_API_KEY=" + Placeholder,
+	var anthropic, openai bool
+	if pol != nil {
+		for _, p := range pol.Inference.Providers {
+			anthropic = anthropic || strings.HasPrefix(p.API, "anthropic-")
+			openai = openai || strings.HasPrefix(p.API, "openai-")
+		}
 	}
+	var env []string
+	if anthropic {
+		env = append(env, "ANTHROPIC_BASE_URL="+base, "ANTHROPIC_API_KEY="+Placeholder)
+	}
+	if openai {
+		env = append(env, "OPENAI_BASE_URL="+base+"/v1", "OPENAI_API_KEY="+Placeholder)
+	}
+	return append(env, BrokerURLEnv+"="+base)
 }
+
+// CheckCredential applies to cred the rule that New applies to a
+// provider's credential (printable ASCII without spaces, MinCredentialBytes
+// to MaxCredentialBytes long), so that a run can refuse a bad one before
+// it starts instead of failing at New or at request time.
+func CheckCredential(provider, cred string) error { return checkCredential(provider, cred) }

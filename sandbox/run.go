@@ -53,8 +53,12 @@ type RunOptions struct {
 	// Explain, when set, receives the measured properties with their
 	// mechanisms once confirmation is done.
 	Explain io.Writer
-	// Getenv reads moat's own environment (credentials); os.Getenv if nil.
+	// Getenv reads moat's own environment (credentials, MOAT_LOG, TERM);
+	// os.Getenv if nil.
 	Getenv func(string) string
+	// LogLevel chooses the broker's lines on Stderr (ParseLogLevel); ""
+	// reads MOAT_LOG, else the default "refusals".
+	LogLevel string
 }
 
 // RefusedError is a refusal by moat itself; the run exits 125.
@@ -106,7 +110,19 @@ func Run(ctx context.Context, o RunOptions) (int, error) {
 		defer t.Close()
 		ri = t
 	}
-	s, err := Open(ctx, SessionOptions{Policy: o.Policy, Backend: o.Backend, Stderr: o.Stderr, Explain: o.Explain, Getenv: o.Getenv})
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	// The caller's TERM goes in only with the pty that moat gives the
+	// workload: without one, the workload's output is not a terminal and
+	// a TERM would only mislead it.
+	var termName string
+	if o.Terminal {
+		termName = getenv("TERM")
+	}
+	s, err := Open(ctx, SessionOptions{Policy: o.Policy, Backend: o.Backend, Stderr: o.Stderr, Explain: o.Explain, Getenv: getenv,
+		LogLevel: o.LogLevel, Term: termName})
 	if err != nil {
 		return ExitRefused, err
 	}

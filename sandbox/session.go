@@ -31,6 +31,49 @@ type SessionOptions struct {
 	// RunDir, when set, is the run directory (journal, public key);
 	// default <audit.dir>/<run id>.
 	RunDir string
+	// LogLevel chooses the broker's lines on Stderr (see ParseLogLevel);
+	// "" reads MOAT_LOG through Getenv, and if that is unset too, the
+	// default "refusals".
+	LogLevel string
+	// Term is the TERM given to processes started with a terminal (Start
+	// with a tty), unless the policy's env sets TERM itself; "" gives
+	// them none. Processes without a terminal never get it from here.
+	Term string
+}
+
+// LogEnv names moat's variable for the broker's log level; --log-level
+// sets it for the command (and so for a sandbox's supervisor).
+const LogEnv = "MOAT_LOG"
+
+// Log levels for the broker's lines on moat's stderr. Every request,
+// refusal and failure is in the journal whatever the level; these lines
+// are for the person watching.
+const (
+	LogQuiet    = "quiet"    // only failures that end the run (a reflected credential, an audit failure, a run-wide cap)
+	LogRefusals = "refusals" // the default: also each refused and each failed request
+	LogRequests = "requests" // also one line per completed request
+	LogDebug    = "debug"    // also one line per admitted request, before it is sent
+)
+
+// LogLevels lists the levels from quietest to loudest.
+var LogLevels = []string{LogQuiet, LogRefusals, LogRequests, LogDebug}
+
+// ParseLogLevel maps a level name to the slog level of the broker's
+// handler ("" is the default, refusals). The broker logs completed
+// requests at Info, refusals and failed requests at Warn, fatal events at
+// Error and admissions at Debug.
+func ParseLogLevel(name string) (slog.Level, error) {
+	switch name {
+	case LogQuiet:
+		return slog.LevelError, nil
+	case LogRefusals, "":
+		return slog.LevelWarn, nil
+	case LogRequests:
+		return slog.LevelInfo, nil
+	case LogDebug:
+		return slog.LevelDebug, nil
+	}
+	return 0, fmt.Errorf("unknown log level %q (use one of %s)", name, strings.Join(LogLevels, ", "))
 }
 
 // Session is a confirmed sandbox: journal open, boundary measured and
@@ -49,7 +92,8 @@ type Session struct {
 	stateDir string
 	reaper   *reaper.Reaper
 	checks   []audit.Check
-	log      *slog.Logger // one line per broker decision, to moat's stderr
+	log      *slog.Logger // the broker's lines, to moat's stderr, at the chosen level
+	term     string       // TERM for processes started with a terminal
 	nproc    atomic.Int64
 	fatal    chan Fatal
 
@@ -100,6 +144,20 @@ func Open(ctx context.Context, o SessionOptions) (*Session, error) {
 		stderr = io.Discard
 	}
 	pol := o.Policy
+	// Refusals that need nothing started come first: no journal, no
+	// staging directory, nothing to clean up.
+	levelName := o.LogLevel
+	if levelName == "" {
+		levelName = getenv(LogEnv)
+	}
+	level, err := ParseLogLevel(levelName)
+	if err != nil {
+		return nil, &RefusedError{Msg: err.Error() + " (from --log-level or " + LogEnv + ")"}
+	}
+	creds, err := providerCredentials(pol, getenv)
+	if err != nil {
+		return nil, err
+	}
 	backendName := pol.Backend
 	if o.Backend != "" {
 		backendName = o.Backend
@@ -123,8 +181,11 @@ func Open(ctx context.Context, o SessionOptions) (*Session, error) {
 	fmt.Fprintf(stderr, "moat: run %s: journal %s (key fingerprint %s; pin it: moat audit verify %s --key-fingerprint %s)\n", runID, w.JournalPath(), w.KeyID(), runDir, w.KeyID())
 	s := &Session{RunID: runID, Backend: be.Name(), pol: pol, w: w, fatal: make(chan Fatal, 1),
 		running: map[string]boundary.Running{}}
-	s.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	if err := s.open(ctx, be, getenv, o.Explain); err != nil {
+	if validTerm(o.Term) {
+		s.term = o.Term
+	}
+	s.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if err := s.open(ctx, be, creds, o.Explain); err != nil {
 		reason := "failed"
 		if _, ok := err.(*RefusedError); ok {
 			reason = "refused"
@@ -135,7 +196,66 @@ func Open(ctx context.Context, o SessionOptions) (*Session, error) {
 	return s, nil
 }
 
-func (s *Session) open(ctx context.Context, be boundary.Backend, getenv func(string) string, explainTo io.Writer) error {
+// providerCredentials reads every provider's credential_env from moat's
+// environment and checks each value by the broker's own rule
+// (broker.CheckCredential). Any variable unset, empty or unusable refuses
+// the run with one message that names each such variable and its
+// providers.
+func providerCredentials(pol *policy.Policy, getenv func(string) string) (map[string]string, error) {
+	creds := map[string]string{}
+	var vars []string              // credential_env names, in policy order
+	users := map[string][]string{} // credential_env → provider names
+	for _, p := range pol.Inference.Providers {
+		if _, seen := users[p.CredentialEnv]; !seen {
+			vars = append(vars, p.CredentialEnv)
+		}
+		users[p.CredentialEnv] = append(users[p.CredentialEnv], strconv.Quote(p.Name))
+	}
+	var probs []string
+	for _, v := range vars {
+		names := users[v]
+		who := "provider " + names[0]
+		if len(names) > 1 {
+			who = "providers " + strings.Join(names, ", ")
+		}
+		val := getenv(v)
+		if val == "" {
+			probs = append(probs, fmt.Sprintf("%s is not set or empty (%s)", v, who))
+			continue
+		}
+		if err := broker.CheckCredential(strings.Trim(names[0], `"`), val); err != nil {
+			probs = append(probs, fmt.Sprintf("%s (%s) is unusable: %s", v, who, strings.TrimPrefix(err.Error(), "moat: ")))
+			continue
+		}
+		for _, p := range pol.Inference.Providers {
+			if p.CredentialEnv == v {
+				creds[p.Name] = val
+			}
+		}
+	}
+	if len(probs) > 0 {
+		return nil, &RefusedError{Msg: "the policy's provider credentials are missing or unusable, so nothing was started: " +
+			strings.Join(probs, "; ") +
+			". moat reads each provider's credential_env from its own environment (the key never enters the sandbox): set them, or remove those providers from the policy"}
+	}
+	return creds, nil
+}
+
+// validTerm accepts a terminal type name as terminfo names them: 1 to 128
+// letters, digits and ._+- (anything else from the caller is not passed).
+func validTerm(t string) bool {
+	if t == "" || len(t) > 128 {
+		return false
+	}
+	for _, c := range []byte(t) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '+' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[string]string, explainTo io.Writer) error {
 	pol := s.pol
 	bsum, err := binarySHA256()
 	if err != nil {
@@ -197,12 +317,6 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, getenv func(str
 	if _, err := s.w.Append(audit.BoundaryConfirmed{Ready: true, Properties: props, Checks: s.checks}); err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
-	creds := map[string]string{}
-	for _, p := range pol.Inference.Providers {
-		if v := getenv(p.CredentialEnv); v != "" {
-			creds[p.Name] = v
-		}
-	}
 	brk, err := broker.New(broker.Config{
 		Policy: pol, Journal: s.w, Attributor: sb.Attributor(),
 		AttributionUnavailable: sb.Mechanisms().AttributionUnavailable,
@@ -243,10 +357,19 @@ func checksOf(rep *measure.Report) []audit.Check {
 	return out
 }
 
-// Env is the workload environment: the policy's env plus the broker's
-// variables. Nothing is inherited from moat's environment.
-func (s *Session) Env() []string {
-	return workloadEnv(s.pol, broker.WorkloadEnv(s.BrokerPort, s.pol))
+// Env is the workload environment of a process without a terminal: the
+// policy's env plus the broker's variables (broker.WorkloadEnv). Nothing
+// is inherited from moat's environment.
+func (s *Session) Env() []string { return s.env(false) }
+
+// env is Env, plus TERM (the caller's, SessionOptions.Term) for a process
+// that has a terminal, unless the policy's env sets TERM itself.
+func (s *Session) env(terminal bool) []string {
+	extra := broker.WorkloadEnv(s.BrokerPort, s.pol)
+	if _, own := s.pol.Process.Env["TERM"]; terminal && s.term != "" && !own {
+		extra = append(extra, "TERM="+s.term)
+	}
+	return workloadEnv(s.pol, extra)
 }
 
 // Start starts argv in the sandbox and journals process.started. The
@@ -262,7 +385,7 @@ func (s *Session) Start(ctx context.Context, argv []string, stdin io.Reader, std
 		return "", nil, &RefusedError{Msg: "the run was cancelled: " + err.Error()}
 	}
 	proc, err := s.sb.Start(ctx, boundary.Process{
-		Argv: argv, Env: s.Env(), Dir: s.pol.Process.Workdir,
+		Argv: argv, Env: s.env(tty != nil), Dir: s.pol.Process.Workdir,
 		Stdin: stdin, Stdout: stdout, Stderr: stderr, TTY: tty,
 	})
 	if err != nil {

@@ -128,6 +128,7 @@ func respond(w http.ResponseWriter, r *http.Request, body []byte) {
 type harness struct {
 	addr string
 	fp   *provider
+	pol  *policy.Policy
 }
 
 func newHarness(t *testing.T) *harness {
@@ -161,7 +162,7 @@ func newHarness(t *testing.T) *harness {
 	}
 	go b.Serve(l)
 	t.Cleanup(func() { b.Close() })
-	return &harness{addr: l.Addr().String(), fp: fp}
+	return &harness{addr: l.Addr().String(), fp: fp, pol: pol}
 }
 
 // sdkEnv configures the process environment from WorkloadEnv only, and
@@ -175,7 +176,7 @@ func sdkEnv(t *testing.T, h *harness) {
 	}
 	_, port, _ := net.SplitHostPort(h.addr)
 	p, _ := strconv.Atoi(port)
-	for _, kv := range broker.WorkloadEnv(p, nil) {
+	for _, kv := range broker.WorkloadEnv(p, h.pol) {
 		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)
 	}

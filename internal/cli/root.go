@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/moat-sandbox/moat/internal/reexec"
+	"github.com/moat-sandbox/moat/sandbox"
 )
 
 // Exit codes, as docker run / podman run use them.
@@ -78,7 +79,30 @@ hash-chained journal before the request leaves.`,
 	for _, f := range commands {
 		root.AddCommand(f())
 	}
+	if c, _, err := root.Find([]string{"sandbox", "create"}); err == nil && c.Name() == "create" {
+		addLogLevelFlag(c)
+	}
 	return root
+}
+
+// logLevelFlag is --log-level for the commands that run a broker (run,
+// sandbox create). It checks the level and sets MOAT_LOG for this process,
+// so that the level reaches moat run's broker and a sandbox's supervisor
+// (which inherits moat's environment) alike.
+type logLevelFlag struct{ name string }
+
+func (f *logLevelFlag) String() string { return f.name }
+func (f *logLevelFlag) Type() string   { return "level" }
+func (f *logLevelFlag) Set(s string) error {
+	if _, err := sandbox.ParseLogLevel(s); err != nil {
+		return err
+	}
+	f.name = s
+	return os.Setenv(sandbox.LogEnv, s)
+}
+
+func addLogLevelFlag(cmd *cobra.Command) {
+	cmd.Flags().Var(&logLevelFlag{}, "log-level", "the broker's lines on stderr: quiet (only what ends the run), refusals (default: refused and failed requests), requests (also each completed one) or debug; default from $"+sandbox.LogEnv+". The journal has every request at any level")
 }
 
 // Main runs moat with args (without the program name) and returns the exit code.

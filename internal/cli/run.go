@@ -70,6 +70,7 @@ the command cannot be executed; 127 when it is not found.`,
 	f.StringVar(&backend, "backend", "", "backend to use (overrides the policy's; never falls back)")
 	f.StringVar(&runInfo, "run-info", "", "write run info (run id, journal, public key, host pid, properties) here once Ready")
 	f.BoolVar(&explain, "explain", false, "print the measured properties and their mechanisms before the workload starts")
+	addLogLevelFlag(cmd)
 	return cmd
 }
 
