@@ -36,6 +36,9 @@ type CreateOptions struct {
 	Name       string
 	PolicyPath string // validated by the caller; the supervisor loads it again
 	Backend    string
+	// AuditDir, when set, replaces the policy's audit.dir (as moat run
+	// --audit-dir does); it must be absolute.
+	AuditDir string
 }
 
 // Create starts a per-sandbox supervisor that outlives this process and
@@ -79,7 +82,7 @@ func Create(ctx context.Context, o CreateOptions) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe, supervisorEntry, o.Name, pp, o.Backend, st.dir)
+	cmd := exec.Command(exe, supervisorEntry, o.Name, pp, o.Backend, st.dir, o.AuditDir)
 	cmd.Stdin = nil
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.ExtraFiles = []*os.File{pw}
@@ -189,7 +192,9 @@ func List() ([]*State, error) {
 	return out, nil
 }
 
-// Exec runs argv in the sandbox and returns its exit code. With tty, or
+// Exec runs argv in the sandbox and returns its exit code. A command that
+// cannot be started returns 127 (not found) or 126 (not executable) with
+// its error, as Run does; moat's own failure returns ExitRefused. With tty, or
 // when stdin or stdout is a terminal, the process gets a pty of its own
 // that this client allocates and relays (internal/term), so that the
 // caller's terminal never enters the sandbox; otherwise it gets the
@@ -266,6 +271,7 @@ func Exec(ctx context.Context, name string, argv []string, tty bool, stdin, stdo
 	}()
 	code = ExitRefused
 	var failure string
+	failCode := ExitRefused
 	err = control(dir, controlRequest{Op: "exec", Argv: argv, TTY: tty},
 		files, func(l []byte) bool {
 			var r execReply
@@ -274,6 +280,9 @@ func Exec(ctx context.Context, name string, argv []string, tty bool, stdin, stdo
 			}
 			if r.Error != "" {
 				failure = r.Error
+				if r.Code == ExitNotFound || r.Code == ExitCannotExec {
+					failCode = r.Code
+				}
 				return false
 			}
 			if r.Started != "" {
@@ -302,6 +311,9 @@ func Exec(ctx context.Context, name string, argv []string, tty bool, stdin, stdo
 		return ExitRefused, err
 	}
 	if failure != "" {
+		if failCode != ExitRefused {
+			return failCode, &boundary.StartError{Code: failCode, Msg: failure}
+		}
 		return ExitRefused, &RefusedError{Msg: failure}
 	}
 	return code, nil
@@ -363,8 +375,10 @@ type statusReply struct {
 type execReply struct {
 	Started string `json:"started,omitempty"`
 	Exited  bool   `json:"exited,omitempty"`
-	Code    int    `json:"code"`
-	Error   string `json:"error,omitempty"`
+	// Code is the exit code once Exited; with Error, 127 or 126 when the
+	// command could not be started (not found, not executable).
+	Code  int    `json:"code"`
+	Error string `json:"error,omitempty"`
 }
 
 // control sends one request (with fds) to a supervisor and feeds each reply

@@ -59,6 +59,9 @@ type RunOptions struct {
 	// LogLevel chooses the broker's lines on Stderr (ParseLogLevel); ""
 	// reads MOAT_LOG, else the default "refusals".
 	LogLevel string
+	// OnJournal, when set, is called with the run directory once the
+	// journal is open (moat run -o reads its summary from there).
+	OnJournal func(runDir string)
 }
 
 // RefusedError is a refusal by moat itself; the run exits 125.
@@ -125,6 +128,9 @@ func Run(ctx context.Context, o RunOptions) (int, error) {
 		LogLevel: o.LogLevel, Term: termName})
 	if err != nil {
 		return ExitRefused, err
+	}
+	if o.OnJournal != nil {
+		o.OnJournal(filepath.Dir(s.w.JournalPath()))
 	}
 	code, reason, err := s.runMain(ctx, o, ri)
 	s.Close(code, reason)

@@ -84,8 +84,19 @@ type State struct {
 	Processes     map[string]int `json:"processes,omitempty"`
 }
 
-// ErrNotFound is returned for a sandbox name that does not exist.
+// ErrNotFound is returned (as a *NotFoundError) for a sandbox name that
+// does not exist.
 var ErrNotFound = errors.New("sandbox not found")
+
+// NotFoundError names the sandbox that does not exist; errors.Is(err,
+// ErrNotFound) holds for it.
+type NotFoundError struct{ Name string }
+
+func (e *NotFoundError) Error() string {
+	return fmt.Sprintf("no sandbox named %s (not found; moat sandbox list shows the sandboxes)", e.Name)
+}
+
+func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
 
 type store struct{ dir string }
 
@@ -122,7 +133,7 @@ func (s *store) read(name string) (*State, error) {
 			// Created, supervisor not yet written its first state.
 			return &State{Name: name, Phase: boundary.PhaseProvisioning}, nil
 		}
-		return nil, ErrNotFound
+		return nil, &NotFoundError{Name: name}
 	}
 	if err != nil {
 		return nil, err

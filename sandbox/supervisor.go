@@ -20,15 +20,15 @@ import (
 func init() { reexec.Register(supervisorEntry, supervisorMain) }
 
 // supervisorMain is the per-sandbox supervisor: `moat __moat-supervisor
-// NAME POLICY BACKEND STATEDIR`, started detached by Create with a report
+// NAME POLICY BACKEND STATEDIR AUDITDIR` (AUDITDIR "" for the policy's), started detached by Create with a report
 // pipe on fd 3. It owns the namespaces, the broker, the journal and its
 // key, and serves the control socket until the sandbox is deleted.
 func supervisorMain(args []string) int {
-	if len(args) != 4 {
-		fmt.Fprintln(os.Stderr, "moat: supervisor: usage: NAME POLICY BACKEND STATEDIR")
+	if len(args) != 5 {
+		fmt.Fprintln(os.Stderr, "moat: supervisor: usage: NAME POLICY BACKEND STATEDIR AUDITDIR")
 		return ExitRefused
 	}
-	name, policyPath, backend, storeDir := args[0], args[1], args[2], args[3]
+	name, policyPath, backend, storeDir, auditDir := args[0], args[1], args[2], args[3], args[4]
 	report := os.NewFile(3, "report")
 	st := &store{dir: storeDir}
 	dir := st.sandboxDir(name)
@@ -50,6 +50,9 @@ func supervisorMain(args []string) int {
 	pol, err := loadPolicyFile(policyPath)
 	if err != nil {
 		return fail(fmt.Errorf("policy %s: %w", policyPath, err))
+	}
+	if auditDir != "" {
+		pol.Audit.Dir = auditDir
 	}
 	state.PolicySHA256 = pol.SHA256()
 	state.Backend = pol.Backend
@@ -215,7 +218,7 @@ func (sv *supervisor) handle(ctx context.Context, c *net.UnixConn) {
 		}
 		id, proc, err := sv.sess.Start(ctx, req.Argv, files[0], files[1], files[2], tty)
 		if err != nil {
-			reply(c, execReply{Error: err.Error()})
+			reply(c, execReply{Error: err.Error(), Code: startCode(err)})
 			return
 		}
 		reply(c, execReply{Started: id})
