@@ -47,7 +47,7 @@ func (e *env) get(name string) (sbState, result) {
 func TestSandboxLifecycle(t *testing.T) {
 	e := newEnv(t)
 	pol := e.policy("")
-	if r := e.moat("sandbox", "create", "--name", "life", "--policy", pol); r.code != 0 {
+	if r := e.moat("sandbox", "create", "life", "--policy", pol); r.code != 0 {
 		t.Fatalf("create: %s", r)
 	}
 	s, r := e.get("life")
@@ -78,14 +78,37 @@ func TestSandboxLifecycle(t *testing.T) {
 	if x := e.moat("sandbox", "exec", "life", "--", "sh", "-c", "exit 3"); x.code != 3 {
 		t.Errorf("exec exit code: got %d, want 3", x.code)
 	}
+	// Without "--", as moat run: the command keeps its own flags.
+	if x := e.moat("sandbox", "exec", "life", "sh", "-c", "exit 4"); x.code != 4 {
+		t.Errorf("exec without --: got %d, want 4\n%s", x.code, x)
+	}
+	// Exit codes as moat run's: 127 not found, 126 not executable.
+	if x := e.moat("sandbox", "exec", "life", "/no/such/command"); x.code != 127 {
+		t.Errorf("exec of a missing command: got %d, want 127\n%s", x.code, x)
+	}
+	notExec := filepath.Join(e.workspace, "not-executable")
+	if err := os.WriteFile(notExec, []byte("data\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if x := e.moat("sandbox", "exec", "life", notExec); x.code != 126 {
+		t.Errorf("exec of a non-executable file: got %d, want 126\n%s", x.code, x)
+	}
 	if r := e.moat("sandbox", "delete", "life"); r.code != 0 {
 		t.Fatalf("delete: %s", r)
 	}
 	if _, r := e.get("life"); r.code == 0 || !strings.Contains(r.stderr, "not found") {
 		t.Errorf("get after delete: %s", r)
 	}
-	if r := e.moat("sandbox", "delete", "life"); r.code != 0 {
-		t.Errorf("second delete (idempotent): %s", r)
+	// A missing sandbox is refused alike by get, exec and delete: 125;
+	// delete --ignore-not-found is the idempotent form.
+	if r := e.moat("sandbox", "delete", "life"); r.code != 125 || !strings.Contains(r.stderr, "no sandbox named life") {
+		t.Errorf("second delete: got %d, want 125 naming the sandbox\n%s", r.code, r)
+	}
+	if r := e.moat("sandbox", "exec", "life", "true"); r.code != 125 || !strings.Contains(r.stderr, "no sandbox named life") {
+		t.Errorf("exec after delete: got %d, want 125 naming the sandbox\n%s", r.code, r)
+	}
+	if r := e.moat("sandbox", "delete", "life", "--ignore-not-found"); r.code != 0 {
+		t.Errorf("second delete --ignore-not-found: %s", r)
 	}
 	if v := e.moat("audit", "verify", s.Journal, "--pubkey", s.PublicKey); v.code != 0 {
 		t.Errorf("journal after delete: %s", v)

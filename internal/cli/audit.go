@@ -2,13 +2,10 @@ package cli
 
 import (
 	"bytes"
-	"crypto/ed25519"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -48,10 +45,11 @@ const exitUnpinned = 3
 const unpinnedWarning = "UNPINNED: authenticity not established"
 
 func newAuditVerifyCmd() *cobra.Command {
-	var pubPath, output, fingerprint string
+	var pubPath, fingerprint string
 	var requirePin bool
+	var output *outputFlag
 	cmd := &cobra.Command{
-		Use:   "verify JOURNAL|RUNDIR [--key-fingerprint HEX] [--pubkey FILE] [--require-pin] [-o json]",
+		Use:   "verify JOURNAL|RUNDIR [--key-fingerprint HEX] [--pubkey FILE] [--require-pin] [-o json|yaml]",
 		Short: "Check a journal's signatures and chain: exit 0 complete, 2 incomplete, 1 invalid, 3 unpinned",
 		Long: `Check every line of a journal against the run's public key, on the exact
 bytes of the file: the DSSE envelope form, the Ed25519 signature, the
@@ -65,7 +63,7 @@ with --key-fingerprint HEX, the 64 hex digits that moat run printed when
 it started ("key …"; the sha256 of the raw Ed25519 key, the journal's
 keyid). Without a pin, verify still reports the journal's own state but
 prints "` + unpinnedWarning + `" on stderr and "pinned": false
-with -o json.
+with -o json or yaml.
 
 Exit codes:
   0  complete: every line is valid and the terminal run.terminated is last
@@ -84,15 +82,12 @@ Exit codes:
   moat audit verify journal.jsonl --pubkey pubkey.pem -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if output != "" && output != "json" {
-				return exitf(exitUsage, "unknown output format %q (supported: json)", output)
-			}
 			pin, err := parseFingerprint(fingerprint)
 			if err != nil {
 				return exitf(exitUsage, "--key-fingerprint: %v", err)
 			}
 			journalPath, keyPath := runPaths(args[0], pubPath)
-			res, pinned := verifyRun(journalPath, keyPath, pin)
+			res, pinned := audit.VerifyFiles(journalPath, keyPath, pin)
 			code := res.Status.ExitCode()
 			if !pinned && code != ExitInvalid {
 				fmt.Fprintf(cmd.ErrOrStderr(), "moat: %s: the key came from %s, not from a pin; pass --key-fingerprint with the keyid that moat run printed (this key's is %s)\n", unpinnedWarning, keyPath, res.KeyID)
@@ -102,12 +97,10 @@ Exit codes:
 				}
 			}
 			out := cmd.OutOrStdout()
-			if output == "json" {
-				b, err := json.MarshalIndent(verifyJSON{Result: res, ExitCode: code, Journal: journalPath, Pinned: pinned}, "", "  ")
-				if err != nil {
-					return exitf(ExitInvalid, "BUG: encoding the result: %v", err)
+			if output.machine() {
+				if err := output.write(out, verifyJSON{Result: res, ExitCode: code, Journal: journalPath, Pinned: pinned}); err != nil {
+					return err
 				}
-				fmt.Fprintf(out, "%s\n", b)
 				return exitCode(code)
 			}
 			switch res.Status {
@@ -126,7 +119,7 @@ Exit codes:
 	cmd.Flags().StringVar(&pubPath, "pubkey", "", "the run's public key (default: pubkey.pem beside the journal)")
 	cmd.Flags().StringVar(&fingerprint, "key-fingerprint", "", "the run key's fingerprint as moat run printed it: sha256 of the raw Ed25519 key, 64 hex digits")
 	cmd.Flags().BoolVar(&requirePin, "require-pin", false, "exit 3 instead of 0 or 2 when no --key-fingerprint is given")
-	cmd.Flags().StringVarP(&output, "output", "o", "", `output format: "json"`)
+	output = addOutput(cmd)
 	return cmd
 }
 
@@ -165,65 +158,6 @@ func runPaths(arg, pubPath string) (journal, key string) {
 	return journal, pubPath
 }
 
-// verifyRun verifies the journal at journalPath against the key at
-// keyPath and the pinned keyid pin ("" for none). pinned says whether the
-// key was checked against a pin.
-func verifyRun(journalPath, keyPath, pin string) (res audit.Result, pinned bool) {
-	invalid := func(kind error, format string, a ...any) audit.Result {
-		res.Status, res.Reason = audit.Invalid, fmt.Sprintf(format, a...)
-		res.Err = fmt.Errorf("%w: %s", kind, res.Reason)
-		return res
-	}
-	pemBytes, kerr := readCapped(keyPath, audit.MaxPublicKeyPEM)
-	var pub ed25519.PublicKey
-	if kerr == nil {
-		if pub, kerr = audit.ParsePublicKeyPEM(pemBytes); kerr == nil {
-			res.KeyID = audit.KeyID(pub)
-		}
-	}
-	if kerr == nil && pin != "" {
-		if res.KeyID != pin {
-			return invalid(audit.ErrWrongKey, "the key %s has fingerprint %s, not the pinned %s: this is not the journal of the run you pinned", keyPath, res.KeyID, pin), false
-		}
-		pinned = true
-	}
-	if neverCreated(journalPath) {
-		// audit.Create writes pubkey.pem, then creates journal.jsonl: a
-		// kill in between leaves a run directory without a journal.
-		switch {
-		case kerr == nil:
-			res.Status, res.Err = audit.Incomplete, audit.ErrEmpty
-			res.Reason = fmt.Sprintf("no journal: the run directory %s has its public key but no %s (the run was killed before its journal was created); no records", filepath.Dir(journalPath), audit.JournalFile)
-			return res, pinned
-		case errors.Is(kerr, fs.ErrNotExist) || len(pemBytes) == 0:
-			res.Status, res.Err = audit.Incomplete, audit.ErrEmpty
-			res.Reason = fmt.Sprintf("no journal and no public key in the run directory %s (the run was killed while creating them); no records", filepath.Dir(journalPath))
-			return res, false
-		}
-	}
-	if kerr != nil {
-		return invalid(audit.ErrWrongKey, "reading the public key %s: %v", keyPath, kerr), false
-	}
-	journal, err := readCapped(journalPath, audit.MaxJournalBytes)
-	if err != nil {
-		return invalid(audit.ErrMalformed, "reading the journal: %v", err), false
-	}
-	return audit.Verify(journal, pub), pinned
-}
-
-// neverCreated reports whether path is a run directory's journal.jsonl
-// that does not exist, in a directory that does.
-func neverCreated(path string) bool {
-	if filepath.Base(path) != audit.JournalFile {
-		return false
-	}
-	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
-		return false
-	}
-	fi, err := os.Stat(filepath.Dir(path))
-	return err == nil && fi.IsDir()
-}
-
 // verifyJSON is the -o json form of a verification.
 type verifyJSON struct {
 	audit.Result
@@ -233,33 +167,13 @@ type verifyJSON struct {
 }
 
 // readCapped reads a regular file of at most limit bytes.
-func readCapped(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", path)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%s is larger than the limit of %d bytes", path, limit)
-	}
-	return b, nil
-}
+func readCapped(path string, limit int64) ([]byte, error) { return audit.ReadFileCapped(path, limit) }
 
 func newAuditShowCmd() *cobra.Command {
-	var pubPath, output string
+	var pubPath string
+	var output *outputFlag
 	cmd := &cobra.Command{
-		Use:   "show JOURNAL [--pubkey FILE] [-o json]",
+		Use:   "show JOURNAL [--pubkey FILE] [-o json|yaml]",
 		Short: "Print a journal as a readable timeline",
 		Long: `Print one line per record: time, sequence number, type and the record's key
 fields. Refused and failed requests are marked "!!". Without --pubkey the
@@ -270,23 +184,24 @@ verdict follows the timeline and the exit code is verify's.`,
   moat audit show journal.jsonl -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if output != "" && output != "json" {
-				return exitf(exitUsage, "unknown output format %q (supported: json)", output)
-			}
 			journal, err := readCapped(args[0], audit.MaxJournalBytes)
 			if err != nil {
 				return exitf(ExitInvalid, "reading the journal: %v", err)
 			}
 			out := cmd.OutOrStdout()
-			if output == "json" {
-				if err := showJSON(out, journal); err != nil {
-					return exitf(ExitInvalid, "%v", err)
+			if output.machine() {
+				recs, perr := showRecords(journal)
+				if err := output.write(out, recs); err != nil {
+					return err
+				}
+				if perr != nil {
+					return exitf(ExitInvalid, "%v", perr)
 				}
 			} else {
 				showText(out, journal)
 			}
 			if pubPath == "" {
-				if output != "json" {
+				if !output.machine() {
 					fmt.Fprintln(out, "(signatures not checked: pass --pubkey, or run moat audit verify)")
 				}
 				return nil
@@ -300,7 +215,7 @@ verdict follows the timeline and the exit code is verify's.`,
 				return exitf(ExitInvalid, "%s: %v", pubPath, err)
 			}
 			res := audit.Verify(journal, pub)
-			if output != "json" {
+			if !output.machine() {
 				if res.Status == audit.Complete {
 					fmt.Fprintf(out, "verified: complete, %d records\n", res.Records)
 				} else {
@@ -311,7 +226,7 @@ verdict follows the timeline and the exit code is verify's.`,
 		},
 	}
 	cmd.Flags().StringVar(&pubPath, "pubkey", "", "also verify against this public key")
-	cmd.Flags().StringVarP(&output, "output", "o", "", `output format: "json" (one payload object per record)`)
+	output = addOutput(cmd)
 	return cmd
 }
 
@@ -352,8 +267,10 @@ func showText(out io.Writer, journal []byte) {
 	})
 }
 
-func showJSON(out io.Writer, journal []byte) error {
-	var recs []json.RawMessage
+// showRecords returns each whole line's payload, and the first line that
+// cannot be parsed, if any.
+func showRecords(journal []byte) ([]json.RawMessage, error) {
+	recs := []json.RawMessage{}
 	var firstErr error
 	splitJournal(journal, func(n int, line []byte, torn bool) {
 		if torn {
@@ -368,15 +285,7 @@ func showJSON(out io.Writer, journal []byte) error {
 		}
 		recs = append(recs, e.Payload)
 	})
-	if recs == nil {
-		recs = []json.RawMessage{}
-	}
-	b, err := json.MarshalIndent(recs, "", "  ")
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "%s\n", b)
-	return firstErr
+	return recs, firstErr
 }
 
 func short(h string) string {

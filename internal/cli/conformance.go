@@ -14,48 +14,65 @@ func newConformanceCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "conformance",
 		Short: "Backend-neutral property scenarios, driven through the moat CLI",
+		Example: `  moat conformance run
+  sudo moat conformance run --backend gvisor -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	var (
 		backend   string
 		binary    string
 		scenarios []string
-		out       string
+		output    *outputFlag
 	)
 	run := &cobra.Command{
-		Use:   "run [--backend B] [--scenario S]… [-o json]",
+		Use:   "run [--backend B] [--scenario S]… [--binary F] [-o json|yaml]",
 		Short: "Attempt each violation against a backend; require it to fail and its positive control to work",
-		Long: `Runs backend-neutral scenarios against the real CLI: egress-confinement,
-filesystem-confinement, privilege-floor, attribution, supervisor-loss and
-smoke. Each attempts a violation, requires it to fail, and requires its
-positive control to succeed. Outcomes: pass, fail, invalid (evidence
-missing, e.g. a root-only check run unprivileged) or unavailable (the
-backend declared the property unavailable and the policy does not require
-it). Exit 0 only when every scenario is pass or unavailable.`,
+		Long: `Runs backend-neutral scenarios against the real CLI: ` + joinNames(conformance.Names()) + `.
+Each attempts a violation, requires it to fail, and requires its positive
+control to succeed. Outcomes: pass, fail, invalid (evidence missing) or
+unavailable (the backend declared the property unavailable and the policy
+does not require it).
+
+Some checks need root (a network namespace for the test host, a
+setuid-root file). Run unprivileged, a scenario that lacks only those is
+invalid with "unprivileged": true ("needs root" in the table): that is not
+a failure of the host or the backend, and does not change the exit code.
+
+An unknown --backend or --scenario is refused at once (exit 125). Exit 0
+when every scenario is pass or unavailable (or, unprivileged, invalid only
+for want of root); 1 otherwise; 125 when the suite itself could not run.`,
 		Example: `  moat conformance run --backend native
   sudo moat conformance run --backend gvisor -o json
   moat conformance run --scenario filesystem-confinement --scenario egress-confinement`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var progress = cmd.ErrOrStderr()
+			if binary == "" {
+				// This binary's registry is the one the scenarios will
+				// use; another --binary checks its own at its first run.
+				if err := checkBackend(backend); err != nil {
+					return err
+				}
+			}
+			if err := conformance.CheckScenarios(scenarios); err != nil {
+				return exitf(ExitRefused, "refused: --scenario: %v", err)
+			}
 			rep, err := conformance.Run(context.Background(), conformance.Options{
-				Backend: backend, Binary: binary, Scenarios: scenarios, Progress: progress,
+				Backend: backend, Binary: binary, Scenarios: scenarios, Progress: cmd.ErrOrStderr(),
 			})
 			if err != nil {
 				return exitf(ExitRefused, "conformance: %v", err)
 			}
-			switch out {
-			case "json":
-				err = rep.WriteJSON(cmd.OutOrStdout())
-			case "":
+			if output.machine() {
+				err = output.write(cmd.OutOrStdout(), rep)
+			} else {
 				err = rep.WriteTable(cmd.OutOrStdout())
-			default:
-				return exitf(ExitRefused, "unknown output format %q (use json)", out)
 			}
 			if err != nil {
 				return err
 			}
 			if !rep.OK() {
-				return exitCode(1)
+				return exitCode(ExitInvalid)
 			}
 			return nil
 		},
@@ -63,7 +80,7 @@ it). Exit 0 only when every scenario is pass or unavailable.`,
 	run.Flags().StringVar(&backend, "backend", "native", "backend to test")
 	run.Flags().StringVar(&binary, "binary", "", "moat binary to drive (default: this one)")
 	run.Flags().StringArrayVar(&scenarios, "scenario", nil, "scenario to run (repeatable; default: all)")
-	run.Flags().StringVarP(&out, "output", "o", "", "output format: json")
+	output = addOutput(run)
 	cmd.AddCommand(run)
 	return cmd
 }

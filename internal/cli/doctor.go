@@ -33,9 +33,9 @@ type doctorReport struct {
 }
 
 func newDoctorCmd() *cobra.Command {
-	var out string
+	var output *outputFlag
 	cmd := &cobra.Command{
-		Use:   "doctor [-o json]",
+		Use:   "doctor [-o json|yaml]",
 		Short: "What this host supports, and which backends reach Ready here",
 		Long: `Checks what moat needs from this host (Landlock ABI, user namespaces,
 seccomp, cgroup delegation, runsc, openssl) and then, for each registered
@@ -47,23 +47,20 @@ run here (some backend reaches Ready), 1 otherwise.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rep := doctor(context.Background())
-			switch out {
-			case "json":
-				if err := writeJSON(cmd.OutOrStdout(), rep); err != nil {
+			if output.machine() {
+				if err := output.write(cmd.OutOrStdout(), rep); err != nil {
 					return err
 				}
-			case "":
+			} else {
 				printDoctor(cmd.OutOrStdout(), rep)
-			default:
-				return exitf(ExitRefused, "unknown output format %q (use json)", out)
 			}
 			if !rep.Runnable {
-				return exitCode(1)
+				return exitCode(ExitInvalid)
 			}
 			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&out, "output", "o", "", "output format: json")
+	output = addOutput(cmd)
 	return cmd
 }
 
@@ -104,9 +101,9 @@ func doctor(ctx context.Context) doctorReport {
 	add("cgroups", cgErr, fmt.Sprintf("cgroup v%d, memory and pids limits enforceable", cg.Version),
 		"run as root, or delegate a cgroup v2 subtree with the memory and pids controllers to this user; otherwise runs record these limits as not enforced")
 	if p, v, err := hostinfo.Runsc(); err == nil {
-		add("runsc", nil, fmt.Sprintf("%s (%s)", p, v), "")
+		add("runsc", nil, fmt.Sprintf("%s (%s; minimum %s)", p, v, hostinfo.RunscMinimumDate), "")
 	} else {
-		add("runsc", err, "", "install gVisor's runsc (Debian: apt-get install runsc) for --backend gvisor")
+		add("runsc", err, "", hostinfo.RunscBuild)
 	}
 	if p, v, err := hostinfo.OpenSSL(); err == nil {
 		add("openssl", nil, fmt.Sprintf("%s (%s)", p, v), "")

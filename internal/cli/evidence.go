@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -21,6 +20,10 @@ func newEvidenceCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "evidence",
 		Short: "The containment evidence suite: attack a real sandbox, observe from outside, write a verifiable bundle",
+		Example: `  sudo moat evidence run --out /var/tmp/moat-evidence
+  moat evidence verify /var/tmp/moat-evidence --suite-key-fingerprint 5d0e…(64 hex digits)`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(newEvidenceRunCmd(), newEvidenceVerifyCmd())
 	return cmd
@@ -28,28 +31,37 @@ func newEvidenceCmd() *cobra.Command {
 
 func newEvidenceRunCmd() *cobra.Command {
 	var o evidence.Options
+	var output *outputFlag
 	cmd := &cobra.Command{
-		Use:   "run --out DIR [--case NAME]… [--backend B] [--probe F] [--expected-probe-sha256 H] [--binary F] [--expected-binary-sha256 H] [--source-commit C]",
+		Use:   "run --out DIR [--case NAME]… [--backend B] [--probe F] [--expected-probe-sha256 H] [--binary F] [--expected-binary-sha256 H] [--source-commit C] [-o json|yaml]",
 		Short: "Run the containment evidence suite and write a signed bundle",
 		Long: `Run the fixed hostile probe (moat-probe) in real sandboxes, one case at a
 time, against a synthetic provider and host receivers that the sandbox
 cannot touch, and write a bundle (report.json, report.dsse.json, report.md,
 cases/, manifest.json). Outcomes come only from what the controller observes.
 
-Exit codes: 0 every case passed; 1 some case did not pass; 125 harness error.
+Exit codes: 0 every case passed; 1 some case did not pass; 125 harness error
+(and an unknown --case or --backend, refused before anything runs).
 It prints the manifest sha256 and the suite key fingerprint: pin them
-outside the bundle and pass them to "moat evidence verify".
+outside the bundle and pass them to "moat evidence verify". With -o json or
+yaml, the progress goes to stderr and stdout holds only the result:
+bundle, summary, manifest sha256, suite keyid and public key, exit code.
 
-Cases: ` + fmt.Sprint(evidence.CaseNames()),
+Cases: ` + joinNames(evidence.CaseNames()),
 		Example: `  CGO_ENABLED=0 go build -o bin/moat-probe ./cmd/moat-probe && go build -o bin/moat ./cmd/moat
   sudo bin/moat evidence run --out /var/tmp/moat-evidence
-  bin/moat evidence run --out ./ev --case direct-network --case provider-redirect`,
+  bin/moat evidence run --out ./ev --case direct-network --case provider-redirect
+  bin/moat evidence run --out ./ev -o json | jq .manifest_sha256`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.Out == "" {
 				return exitf(ExitRefused, "evidence run: --out DIR is required")
 			}
 			if o.Binary == "" {
+				// The backends of this binary are the ones the suite runs.
+				if err := checkBackend(o.Backend); err != nil {
+					return err
+				}
 				exe, err := os.Executable()
 				if err != nil {
 					return exitf(ExitRefused, "evidence run: cannot find the moat binary (%v); pass --binary", err)
@@ -65,6 +77,9 @@ Cases: ` + fmt.Sprint(evidence.CaseNames()),
 				o.Probe = filepath.Join(filepath.Dir(o.Binary), "moat-probe")
 			}
 			o.Progress = cmd.OutOrStdout()
+			if output.machine() {
+				o.Progress = cmd.ErrOrStderr()
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			res, err := evidence.Run(ctx, o)
@@ -74,6 +89,21 @@ Cases: ` + fmt.Sprint(evidence.CaseNames()),
 					return exitf(ExitRefused, "evidence run: %v", err)
 				}
 				return exitf(ExitRefused, "evidence run: BUG: %v", err)
+			}
+			code := 0
+			if !res.Report.Binary.Unchanged || res.Report.Summary.Pass != len(res.Report.Cases) {
+				code = ExitInvalid
+			}
+			if output.machine() {
+				r := res.Report
+				if err := output.write(cmd.OutOrStdout(), evidenceRunJSON{
+					Bundle: o.Out, Complete: r.Complete, Summary: r.Summary, ManifestSHA256: res.ManifestSHA256,
+					SuiteKeyID: r.SuiteKeyID, SuitePublicKey: string(res.SuitePublicKey),
+					BinaryUnchanged: r.Binary.Unchanged, Source: r.Source, ExitCode: code,
+				}); err != nil {
+					return err
+				}
+				return exitCode(code)
 			}
 			w := cmd.OutOrStdout()
 			s := res.Report.Summary
@@ -88,12 +118,8 @@ Cases: ` + fmt.Sprint(evidence.CaseNames()),
 			}
 			if !res.Report.Binary.Unchanged {
 				fmt.Fprintf(w, "FAILED: the moat binary changed during the run (sha256 %s at start, %s at end)\n", res.Report.Binary.SHA256, res.Report.Binary.SHA256End)
-				return exitCode(1)
 			}
-			if s.Pass != len(res.Report.Cases) {
-				return exitCode(1)
-			}
-			return nil
+			return exitCode(code)
 		},
 	}
 	f := cmd.Flags()
@@ -105,15 +131,16 @@ Cases: ` + fmt.Sprint(evidence.CaseNames()),
 	f.StringVar(&o.Binary, "binary", "", "the moat binary to test (default: this one)")
 	f.StringVar(&o.ExpectedBinarySHA256, "expected-binary-sha256", "", "refuse to start unless the binary has this sha256")
 	f.StringVar(&o.SourceCommit, "source-commit", "", "the source commit the binary is declared to come from (recorded; compared with the embedded one)")
+	output = addOutput(cmd)
 	return cmd
 }
 
 func newEvidenceVerifyCmd() *cobra.Command {
 	var pins evidence.Pins
-	var output string
+	var output *outputFlag
 	var requirePin bool
 	cmd := &cobra.Command{
-		Use:   "verify DIR [--suite-key-fingerprint HEX] [--manifest-sha256 HEX] [--require-pin] [-o json]",
+		Use:   "verify DIR [--suite-key-fingerprint HEX] [--manifest-sha256 HEX] [--require-pin] [-o json|yaml]",
 		Short: "Verify an evidence bundle offline and recompute every outcome",
 		Long: `Check a bundle offline: the pins, the manifest, the exact set of files (no
 file added, none missing), the report's DSSE signature by the suite key that
@@ -128,7 +155,7 @@ consistent on its own. Pin it with what "moat evidence run" printed:
 --suite-key-fingerprint HEX (the suite keyid: sha256 of the raw Ed25519
 key) or --manifest-sha256 HEX; either pin covers every file. Without a pin,
 verify still reports the bundle's own state but prints
-"` + unpinnedWarning + `" on stderr and "pinned": false with -o json.
+"` + unpinnedWarning + `" on stderr and "pinned": false with -o json or yaml.
 
 Exit codes:
   0  valid and complete
@@ -140,9 +167,6 @@ Exit codes:
   moat evidence verify ./ev --suite-key-fingerprint 5d0e… --require-pin -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if output != "" && output != "json" {
-				return exitf(exitUsage, "evidence verify: -o %q: want json", output)
-			}
 			var err error
 			if pins.SuiteKeyFingerprint, err = parseFingerprint(pins.SuiteKeyFingerprint); err != nil {
 				return exitf(exitUsage, "--suite-key-fingerprint: %v", err)
@@ -160,15 +184,13 @@ Exit codes:
 				}
 			}
 			w := cmd.OutOrStdout()
-			if output == "json" {
-				b, err := json.MarshalIndent(struct {
+			if output.machine() {
+				if err := output.write(w, struct {
 					evidence.VerifyResult
 					ExitCode int `json:"exit_code"`
-				}{res, code}, "", "  ")
-				if err != nil {
-					return exitf(ExitInvalid, "BUG: %v", err)
+				}{res, code}); err != nil {
+					return err
 				}
-				fmt.Fprintf(w, "%s\n", b)
 				return exitCode(code)
 			}
 			pinned := "UNPINNED"
@@ -194,6 +216,19 @@ Exit codes:
 	cmd.Flags().StringVar(&pins.SuiteKeyFingerprint, "suite-key-fingerprint", "", "the suite keyid that moat evidence run printed (sha256 of the raw Ed25519 key, 64 hex digits)")
 	cmd.Flags().StringVar(&pins.ManifestSHA256, "manifest-sha256", "", "the manifest sha256 that moat evidence run printed (64 hex digits)")
 	cmd.Flags().BoolVar(&requirePin, "require-pin", false, "exit 3 instead of 0 or 2 when no pin is given")
-	cmd.Flags().StringVarP(&output, "output", "o", "", "json: print the result as JSON")
+	output = addOutput(cmd)
 	return cmd
+}
+
+// evidenceRunJSON is what moat evidence run -o prints.
+type evidenceRunJSON struct {
+	Bundle          string              `json:"bundle"`
+	Complete        bool                `json:"complete"` // every case planned, not a --case subset
+	Summary         evidence.Summary    `json:"summary"`
+	ManifestSHA256  string              `json:"manifest_sha256"`
+	SuiteKeyID      string              `json:"suite_keyid"`
+	SuitePublicKey  string              `json:"suite_public_key"`
+	BinaryUnchanged bool                `json:"binary_unchanged"`
+	Source          evidence.SourceInfo `json:"source"`
+	ExitCode        int                 `json:"exit_code"`
 }

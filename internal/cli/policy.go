@@ -51,9 +51,9 @@ type policyCheckResult struct {
 }
 
 func newPolicyCheckCmd() *cobra.Command {
-	var out string
+	var output *outputFlag
 	cmd := &cobra.Command{
-		Use:   "check FILE",
+		Use:   "check FILE [-o yaml|json]",
 		Short: "Print the effective policy, or every error in it",
 		Long: `Load FILE as moat would, and print the effective policy: every default
 filled in, every relative path resolved against FILE's directory, sizes
@@ -72,13 +72,10 @@ Output formats:
   moat policy check -o json examples/agent-workspace.yaml | jq .sha256`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if out != "" && out != "json" && out != "yaml" {
-				return exitf(ExitRefused, "unknown output format %q (use json or yaml)", out)
-			}
-			return policyCheck(cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], out)
+			return policyCheck(cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], output.value)
 		},
 	}
-	cmd.Flags().StringVarP(&out, "output", "o", "", "output format: yaml (default) or json")
+	output = addOutput(cmd, formatYAML, formatJSON)
 	return cmd
 }
 

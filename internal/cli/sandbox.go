@@ -2,16 +2,17 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
@@ -27,92 +28,118 @@ tool, tests and builds in it with exec, and deletes it at the end. Each
 sandbox has its own supervisor process, which owns the namespaces, the
 broker and the journal's key; if the supervisor dies, the sandbox dies.
 
+A sandbox that does not exist is refused with exit 125 ("no sandbox named
+N") by get, exec and delete alike; delete --ignore-not-found makes that 0.
+
 State lives in $MOAT_STATE_DIR, else /var/lib/moat for root and
 $XDG_STATE_HOME/moat for users.`,
-		Example: `  moat sandbox create --name agent1 --policy examples/agent-workspace.yaml
-  moat sandbox exec agent1 -- sh -c 'echo hello'
+		Example: `  moat sandbox create agent1 --policy examples/agent-workspace.yaml
+  moat sandbox exec agent1 sh -c 'echo hello'
   moat sandbox get agent1 -o json
   moat sandbox delete agent1`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(newSandboxCreateCmd(), newSandboxGetCmd(), newSandboxListCmd(), newSandboxExecCmd(), newSandboxDeleteCmd())
 	return cmd
 }
 
-func sandboxErr(err error) error {
-	var re *sandbox.RefusedError
-	if errors.As(err, &re) {
-		return exitf(ExitRefused, "%v", err)
-	}
-	if errors.Is(err, sandbox.ErrNotFound) {
-		return exitf(1, "%v", err)
-	}
-	return exitf(ExitRefused, "%v", err)
-}
+// sandboxErr maps a sandbox package error to its exit code: 125 for every
+// refusal and failure of moat's own, a missing sandbox included.
+func sandboxErr(err error) error { return exitf(ExitRefused, "%v", err) }
 
 func newSandboxCreateCmd() *cobra.Command {
-	var name, pol, backend, out string
+	var name, pol, backend, auditDir string
+	var output *outputFlag
 	cmd := &cobra.Command{
-		Use:     "create --name N --policy F [--backend B]",
-		Short:   "Create a sandbox and return once it is Ready (or failed, with the reason)",
-		Example: `  moat sandbox create --name agent1 --policy examples/minimal.yaml`,
-		Args:    cobra.NoArgs,
+		Use:   "create NAME --policy F [--backend B] [--audit-dir D] [-o json|yaml]",
+		Short: "Create a sandbox and return once it is Ready (or failed, with the reason)",
+		Long: `Create a sandbox named NAME (1-63 characters of a-z, 0-9, '.', '_', '-')
+from the policy F, and return once it is Ready, or with exit 125 and the
+reason. --name N is accepted in place of NAME. The journal goes to the
+policy's audit.dir, or to --audit-dir D.`,
+		Example: `  moat sandbox create agent1 --policy examples/minimal.yaml
+  moat sandbox create agent1 --policy examples/agent-workspace.yaml --audit-dir /var/tmp/moat-runs -o json`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if name == "" || pol == "" {
-				return exitf(ExitRefused, "refused: --name and --policy are required (e.g. moat sandbox create --name agent1 --policy examples/minimal.yaml)")
+			if len(args) == 1 {
+				if name != "" && name != args[0] {
+					return exitf(ExitRefused, "refused: two names given (%s and --name %s); give one", args[0], name)
+				}
+				name = args[0]
 			}
-			if _, err := loadPolicy(pol); err != nil {
+			if name == "" || pol == "" {
+				return exitf(ExitRefused, "refused: a name and --policy are required (e.g. moat sandbox create agent1 --policy examples/minimal.yaml)")
+			}
+			if err := sandbox.ValidateName(name); err != nil {
+				return exitf(ExitRefused, "refused: %v", err)
+			}
+			if err := checkBackend(backend); err != nil {
 				return err
 			}
-			st, err := sandbox.Create(context.Background(), sandbox.CreateOptions{Name: name, PolicyPath: pol, Backend: backend})
+			p, err := loadPolicy(pol)
+			if err != nil {
+				return err
+			}
+			if err := setAuditDir(p, auditDir); err != nil {
+				return err
+			}
+			if auditDir != "" {
+				auditDir = p.Audit.Dir // absolute
+			}
+			st, err := sandbox.Create(context.Background(), sandbox.CreateOptions{Name: name, PolicyPath: pol, Backend: backend, AuditDir: auditDir})
 			if err != nil {
 				return sandboxErr(fmt.Errorf("sandbox %s: %w", name, err))
 			}
-			return printState(cmd.OutOrStdout(), out, st)
+			return printState(cmd.OutOrStdout(), output, st)
 		},
 	}
-	cmd.Flags().StringVar(&name, "name", "", "sandbox name (a-z, 0-9, '.', '_', '-')")
+	cmd.Flags().StringVar(&name, "name", "", "sandbox name (the same as NAME; a-z, 0-9, '.', '_', '-')")
 	cmd.Flags().StringVar(&pol, "policy", "", "policy file")
 	cmd.Flags().StringVar(&backend, "backend", "", "backend (overrides the policy's; never falls back)")
-	cmd.Flags().StringVarP(&out, "output", "o", "", "output format: json")
+	cmd.Flags().StringVar(&auditDir, "audit-dir", "", "directory for the sandbox's journal (overrides the policy's audit.dir; must lie outside every grant)")
+	output = addOutput(cmd)
 	return cmd
 }
 
 func newSandboxGetCmd() *cobra.Command {
-	var out string
+	var output *outputFlag
 	cmd := &cobra.Command{
-		Use:     "get NAME [-o json]",
-		Short:   "Show a sandbox: phase, backend, measured properties, journal, allowance, processes",
-		Example: `  moat sandbox get agent1 -o json`,
-		Args:    cobra.ExactArgs(1),
+		Use:   "get NAME [-o json|yaml]",
+		Short: "Show a sandbox: phase, backend, measured properties, journal, allowance, processes",
+		Example: `  moat sandbox get agent1
+  moat sandbox get agent1 -o json`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := sandbox.Get(args[0])
 			if err != nil {
-				return sandboxErr(fmt.Errorf("sandbox %s: %w", args[0], err))
+				return sandboxErr(err)
 			}
-			return printState(cmd.OutOrStdout(), out, st)
+			return printState(cmd.OutOrStdout(), output, st)
 		},
 	}
-	cmd.Flags().StringVarP(&out, "output", "o", "", "output format: json")
+	output = addOutput(cmd)
 	return cmd
 }
 
 func newSandboxListCmd() *cobra.Command {
-	var out string
+	var output *outputFlag
 	cmd := &cobra.Command{
-		Use:     "list [-o json]",
-		Short:   "List sandboxes",
-		Example: `  moat sandbox list -o json`,
-		Args:    cobra.NoArgs,
+		Use:   "list [-o json|yaml]",
+		Short: "List sandboxes",
+		Example: `  moat sandbox list
+  moat sandbox list -o json`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			all, err := sandbox.List()
-			if err != nil {
+			if err != nil && !errors.Is(err, os.ErrNotExist) {
 				return sandboxErr(err)
 			}
-			if out == "json" {
-				if all == nil {
-					all = []*sandbox.State{}
-				}
-				return writeJSON(cmd.OutOrStdout(), all)
+			if all == nil {
+				all = []*sandbox.State{}
+			}
+			if output.machine() {
+				return output.write(cmd.OutOrStdout(), all)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tPHASE\tBACKEND\tCREATED\tREQUESTS")
@@ -122,63 +149,138 @@ func newSandboxListCmd() *cobra.Command {
 			return tw.Flush()
 		},
 	}
-	cmd.Flags().StringVarP(&out, "output", "o", "", "output format: json")
+	output = addOutput(cmd)
 	return cmd
 }
 
 func newSandboxExecCmd() *cobra.Command {
 	var tty bool
+	var output *outputFlag
 	cmd := &cobra.Command{
-		Use:   "exec NAME [--tty] -- CMD [ARG…]",
+		Use:   "exec NAME [--tty] [-o json|yaml] [--] CMD [ARG…]",
 		Short: "Run a command in a sandbox, under the same confinement as moat run; exit code is the command's",
-		Example: `  moat sandbox exec agent1 -- sh -c 'go test ./...'
-  moat sandbox exec agent1 --tty -- sh`,
-		Args: cobra.MinimumNArgs(2),
+		Long: `Run CMD in the sandbox NAME under exactly the confinement of a moat run
+workload. As with moat run, everything after NAME and moat's own flags is
+the command; "--" may mark where it starts (needed only when the command
+itself begins with "-").
+
+With -o json or -o yaml, a summary follows the command's own output on
+stdout: sandbox, run id, journal, key fingerprint, exit code and outcome.
+
+Exit codes, as moat run: the command's own (128+n when signal n killed
+it); 125 when moat refused or failed (including a sandbox that does not
+exist or is not Ready); 126 when the command cannot be executed; 127 when
+it is not found.`,
+		Example: `  moat sandbox exec agent1 go test ./...
+  moat sandbox exec agent1 -- sh -c 'go test ./...'
+  moat sandbox exec agent1 --tty -- sh
+  moat sandbox exec agent1 -o json -- make`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			argv := args[1:]
-			if at := cmd.ArgsLenAtDash(); at >= 1 {
-				argv = args[at:]
+			name := args[0]
+			// Flags may also follow NAME (exec N --tty -- sh): parse
+			// them up to the command, which keeps its own flags.
+			f := cmd.Flags()
+			if err := f.Parse(args[1:]); err != nil {
+				return exitf(exitUsage, "%v", err)
 			}
+			if help, _ := f.GetBool("help"); help {
+				return cmd.Help()
+			}
+			argv := f.Args()
 			if len(argv) == 0 {
-				return exitf(ExitRefused, "refused: no command given (usage: moat sandbox exec NAME -- CMD [ARG…])")
+				return exitf(ExitRefused, "refused: no command given (usage: moat sandbox exec NAME [--] CMD [ARG…])")
 			}
-			code, err := sandbox.Exec(context.Background(), args[0], argv, tty, os.Stdin, os.Stdout, os.Stderr)
+			var st *sandbox.State
+			if output.machine() {
+				var err error
+				if st, err = sandbox.Get(name); err != nil {
+					return sandboxErr(err)
+				}
+			}
+			code, err := sandbox.Exec(context.Background(), name, argv, tty, os.Stdin, os.Stdout, os.Stderr)
+			if output.machine() {
+				if werr := output.write(cmd.OutOrStdout(), newExecSummary(name, st, code, err)); werr != nil {
+					return werr
+				}
+			}
 			if err != nil {
-				return sandboxErr(fmt.Errorf("sandbox %s: %w", args[0], err))
+				if code == ExitNotFound || code == ExitCannotExec {
+					return exitf(code, "sandbox %s: %v", name, err)
+				}
+				if errors.Is(err, sandbox.ErrNotFound) {
+					return sandboxErr(err)
+				}
+				return sandboxErr(fmt.Errorf("sandbox %s: %w", name, err))
 			}
 			return exitCode(code)
 		},
 	}
+	cmd.Flags().SetInterspersed(false)
 	cmd.Flags().BoolVar(&tty, "tty", false, "give the command a pty that moat relays (automatic when stdin or stdout is a terminal; the caller's terminal never enters the sandbox)")
+	output = addOutput(cmd)
 	return cmd
 }
 
+// newExecSummary is sandbox exec's -o summary.
+func newExecSummary(name string, st *sandbox.State, code int, err error) runSummary {
+	s := runSummary{Sandbox: name, ExitCode: code, Reason: "completed"}
+	if st != nil {
+		s.RunID, s.Journal, s.KeyID = st.RunID, st.Journal, st.KeyID
+		if st.Journal != "" {
+			s.RunDir = filepath.Dir(st.Journal)
+		}
+	}
+	if err != nil {
+		s.Error = err.Error()
+		switch code {
+		case ExitNotFound, ExitCannotExec:
+			s.Reason = "exec_failed"
+		default:
+			s.Reason = "refused"
+			var re *sandbox.RefusedError
+			if !errors.As(err, &re) {
+				s.Reason = "failed"
+			}
+		}
+	}
+	return s
+}
+
 func newSandboxDeleteCmd() *cobra.Command {
+	var ignoreNotFound bool
 	cmd := &cobra.Command{
-		Use:     "delete NAME",
-		Short:   "Terminate a sandbox's processes, close its journal and remove its state (idempotent)",
-		Example: `  moat sandbox delete agent1`,
-		Args:    cobra.ExactArgs(1),
+		Use:   "delete NAME [--ignore-not-found]",
+		Short: "Terminate a sandbox's processes, close its journal and remove its state",
+		Long: `Terminate the sandbox's processes, have its supervisor write the journal's
+terminal record, and remove its state. A sandbox that does not exist is
+refused with exit 125, as get and exec refuse it; with --ignore-not-found
+that is exit 0 (for clean-up scripts).`,
+		Example: `  moat sandbox delete agent1
+  moat sandbox delete agent1 --ignore-not-found`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			found, err := sandbox.Delete(args[0])
 			if err != nil {
 				return sandboxErr(fmt.Errorf("sandbox %s: %w", args[0], err))
 			}
 			if !found {
-				fmt.Fprintf(cmd.ErrOrStderr(), "moat: sandbox %s does not exist; nothing to delete\n", args[0])
+				nf := &sandbox.NotFoundError{Name: args[0]}
+				if !ignoreNotFound {
+					return sandboxErr(nf)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "moat: %v; nothing to delete\n", nf)
 			}
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&ignoreNotFound, "ignore-not-found", false, "exit 0 when there is no such sandbox")
 	return cmd
 }
 
-func printState(w io.Writer, out string, st *sandbox.State) error {
-	if out == "json" {
-		return writeJSON(w, st)
-	}
-	if out != "" {
-		return exitf(ExitRefused, "unknown output format %q (use json)", out)
+func printState(w io.Writer, output *outputFlag, st *sandbox.State) error {
+	if output.machine() {
+		return output.write(w, st)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "name:\t%s\n", st.Name)
@@ -188,13 +290,7 @@ func printState(w io.Writer, out string, st *sandbox.State) error {
 	}
 	fmt.Fprintf(tw, "backend:\t%s\n", st.Backend)
 	for _, np := range st.Properties.Named() {
-		state := "enforced"
-		if np.Unavailable {
-			state = "unavailable"
-		} else if !np.Enforced {
-			state = "NOT enforced"
-		}
-		fmt.Fprintf(tw, "  %s:\t%s (%s)\n", np.Name, state, np.Mechanism)
+		fmt.Fprintf(tw, "  %s:\t%s (%s)\n", np.Name, propertyState(np), np.Mechanism)
 	}
 	fmt.Fprintf(tw, "policy sha256:\t%s\n", st.PolicySHA256)
 	fmt.Fprintf(tw, "journal:\t%s\n", st.Journal)
@@ -207,8 +303,12 @@ func printState(w io.Writer, out string, st *sandbox.State) error {
 	return tw.Flush()
 }
 
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+func propertyState(np boundary.NamedProperty) string {
+	switch {
+	case np.Unavailable:
+		return "unavailable"
+	case !np.Enforced:
+		return "NOT enforced"
+	}
+	return "enforced"
 }
