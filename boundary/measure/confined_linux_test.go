@@ -209,6 +209,7 @@ func TestProbesUnderConfinement(t *testing.T) {
 		"priv/" + opUnshare:   OutcomeSucceeded, // only seccomp stops it
 		"priv/" + opCloneUser: OutcomeSucceeded, // only seccomp stops it
 		"fs/write-tmp:/tmp":   OutcomeFailed,    // no private /tmp here, and Landlock denies the host's
+		"fs/stat-list:/":      OutcomeFailed,    // Landlock here grants no listing of /
 		// No private /tmp here: the probes that create a file there
 		// cannot (Landlock), so they report an error or a failure.
 		"priv/" + opSetIDChmod:  OutcomeError,

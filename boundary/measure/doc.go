@@ -52,7 +52,10 @@
 // cannot be written; the helper inherited no fd beyond stdio (an fd
 // without FD_CLOEXEC at its start, e.g. a host directory, would reach past
 // every wall). Controls: each read-write grant and /tmp take a new file
-// (created and removed), each read-only grant can be read.
+// (created and removed), each read-only grant can be read, and "/" and
+// each read-write grant can be statx'd, listed and each entry statx'd
+// with the flags stat and ls -l use (useful work: a sandbox that confines
+// but fails this, as an old runsc does with EINVAL, is not Ready).
 //
 // egress_interception: for the measurement, Confirm opens receivers on the
 // host, outside the sandbox: TCP and UDP on 127.0.0.1, an abstract Unix

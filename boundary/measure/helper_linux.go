@@ -157,6 +157,8 @@ func runProbe(nonce string, i int, p probe) (outcome, detail string) {
 		return probeSocketpair(unix.SOCK_STREAM)
 	case opFIFO:
 		return probeFIFO(p.Path, fmt.Sprintf(".moat-measure-%.16s-%d", nonce, i))
+	case opStatList:
+		return probeStatList(p.Path)
 	}
 	return OutcomeError, fmt.Sprintf("unknown probe operation %q", p.Op)
 }

@@ -138,6 +138,7 @@ const (
 	opUnixDgram    = "unix-dgram"       // addr: sendto a pathname datagram socket, from socket(2) or a socketpair
 	opStreamPair   = "unix-stream-pair" // control: the pairs the workload may have
 	opFIFO         = "fifo"             // path: mknod a FIFO
+	opStatList     = "stat-list"        // path: statx it as ls -la does; a directory: list it and statx each entry
 )
 
 // plan is the helper's input.
@@ -268,6 +269,12 @@ func buildPlan(cfg Config, nonce string) (plan, error) {
 	add(PropFilesystem, KindViolation, "fs/"+opInheritedFDs, opInheritedFDs, "", "")
 	for _, g := range cfg.ReadWrite {
 		add(PropFilesystem, KindControl, "fs/write-rw:"+g, opWrite, g, "")
+	}
+	// Useful work: stat and ls -la of each read-write grant and of "/"
+	// succeed (a sandbox whose statx fails, as an old runsc's does with
+	// EINVAL, confines well and still breaks every agent).
+	for _, g := range append([]string{"/"}, cfg.ReadWrite...) {
+		add(PropFilesystem, KindControl, "fs/stat-list:"+g, opStatList, g, "")
 	}
 	// The private /tmp takes writes, next to the host /tmp sentinel that
 	// Confirm adds to the secrets.

@@ -49,6 +49,9 @@ func TestBuildPlan(t *testing.T) {
 		"fs/write-ro:" + ro, // inside a rw grant, but its own read-only mount
 		"fs/write-rw:" + ws,
 		"fs/write-tmp:/tmp",
+		"fs/stat-list:/", // useful work: stat and ls -la of / and of each rw grant
+		"fs/stat-list:" + ws,
+		"fs/stat-list:/srv/agent/ws",
 		"net/tcp-broker:127.0.0.1:8080",
 		"net/tcp:127.0.0.1:8079", "net/tcp:127.0.0.1:8081", "net/tcp:[::1]:8081",
 		"net/tcp:127.0.0.1:9999", "net/tcp:[::1]:9999", "net/tcp:127.0.0.1:53",
@@ -224,7 +227,7 @@ func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "") == s }
 
 // isControl recognises the controls by name, as a helper would have to.
 func isControl(id string) bool {
-	for _, p := range []string{"fs/read-ro:", "fs/write-rw:", "fs/write-tmp:", "net/tcp-broker:", "priv/" + opExec, "priv/" + opChmodPlain, "net/" + opStreamPair} {
+	for _, p := range []string{"fs/read-ro:", "fs/write-rw:", "fs/write-tmp:", "fs/stat-list:", "net/tcp-broker:", "priv/" + opExec, "priv/" + opChmodPlain, "net/" + opStreamPair} {
 		if strings.HasPrefix(id, p) {
 			return true
 		}

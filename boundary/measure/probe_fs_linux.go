@@ -113,3 +113,53 @@ func readlinkFD(fd int) (string, error) {
 	}
 	return string(buf[:n]), nil
 }
+
+// statxFlags and statxMask are what coreutils' stat and ls -l pass.
+const (
+	statxFlags = unix.AT_SYMLINK_NOFOLLOW | unix.AT_NO_AUTOMOUNT
+	statxMask  = unix.STATX_BASIC_STATS | unix.STATX_BTIME
+)
+
+// maxStatEntries bounds how many entries of a directory probeStatList
+// stats.
+const maxStatEntries = 64
+
+// probeStatList does the everyday work of `stat path` and `ls -la path`:
+// statx the path with the flags coreutils uses, and for a directory, list
+// it and statx each entry (up to maxStatEntries). Succeeded means all of
+// it worked; the first failure is the detail.
+func probeStatList(path string) (string, string) {
+	var stx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, path, statxFlags, statxMask, &stx); err != nil {
+		return OutcomeFailed, fmt.Sprintf("statx %s: %v (stat and ls -l fail in this sandbox)", path, err)
+	}
+	if stx.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return OutcomeSucceeded, fmt.Sprintf("statx %s: file type %#o", path, stx.Mode&unix.S_IFMT)
+	}
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return OutcomeFailed, fmt.Sprintf("open %s to list it: %v", path, err)
+	}
+	defer unix.Close(fd)
+	var names []string
+	buf := make([]byte, 8192)
+	for len(names) < maxStatEntries {
+		n, err := unix.Getdents(fd, buf)
+		if err != nil {
+			return OutcomeFailed, fmt.Sprintf("listing %s: %v", path, err)
+		}
+		if n == 0 {
+			break
+		}
+		_, _, names = unix.ParseDirent(buf[:n], maxStatEntries-len(names), names)
+	}
+	for _, name := range names {
+		if err := unix.Statx(fd, name, statxFlags, statxMask, &stx); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue // removed since it was listed
+			}
+			return OutcomeFailed, fmt.Sprintf("statx %s: %v (ls -l fails in this sandbox)", filepath.Join(path, name), err)
+		}
+	}
+	return OutcomeSucceeded, fmt.Sprintf("statx %s, listed it and statx'd %d entries", path, len(names))
+}
