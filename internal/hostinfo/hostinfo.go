@@ -11,6 +11,7 @@ package hostinfo
 import (
 	"bytes"
 	"context"
+	"debug/buildinfo"
 	"errors"
 	"fmt"
 	"os"
@@ -89,12 +90,28 @@ func toolOutput(path string, args ...string) (string, error) {
 	return strings.TrimSpace(line), nil
 }
 
-// Runsc finds gVisor's runsc and returns its path and version (e.g.
-// "0.0~20221219.0" or "release-20240101.0").
+// RunscMinimum is the oldest runsc that moat is known to work with: the
+// gvisor.dev/gvisor pseudo-version that .ci/run builds (its date is what
+// counts). Debian's runsc 20221219 fails statx (stat, ls -la) with EINVAL.
+const (
+	RunscMinimum     = "v0.0.0-20260905035102-160fafc42237"
+	RunscMinimumDate = "20260905"
+	// RunscBuild is how to get it (static: runsc re-executes itself in an
+	// empty chroot, where a dynamically linked binary finds no loader).
+	RunscBuild = "CGO_ENABLED=0 GOBIN=DIR go install gvisor.dev/gvisor/runsc@" + RunscMinimum + ", then put DIR first in PATH"
+)
+
+// Runsc finds gVisor's runsc and returns its path and version: what
+// `runsc --version` says (e.g. "0.0~20221219.0", "release-20240101.0"),
+// or, for a runsc built with go install (which says VERSION_MISSING), the
+// gvisor.dev/gvisor module version recorded in the binary. A runsc whose
+// version dates from before RunscMinimumDate is an error that names the
+// minimum; one with no date in its version is accepted (the measurement
+// of the gvisor backend still shows whether it works).
 func Runsc() (path, version string, err error) {
 	path, err = findTool("runsc")
 	if err != nil {
-		return "", "", &Error{Feature: "runsc", Reason: err.Error(), Hint: "install gVisor (Debian/Ubuntu: apt-get install runsc) to use --backend gvisor", Err: err}
+		return "", "", &Error{Feature: "runsc", Reason: err.Error(), Hint: "build gVisor's runsc for --backend gvisor: " + RunscBuild, Err: err}
 	}
 	line, err := toolOutput(path, "--version")
 	if err != nil {
@@ -104,7 +121,36 @@ func Runsc() (path, version string, err error) {
 	if !ok || v == "" {
 		return path, "", &Error{Feature: "runsc", Reason: fmt.Sprintf("unexpected version output %q", line)}
 	}
+	if v == "VERSION_MISSING" {
+		if bi, err := buildinfo.ReadFile(path); err == nil && bi.Main.Path == "gvisor.dev/gvisor" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			v = bi.Main.Version
+		}
+	}
+	if d := RunscDate(v); d != "" && d < RunscMinimumDate {
+		return path, v, &Error{Feature: "runsc", Reason: fmt.Sprintf("%s is version %s (%s), older than the minimum %s (%s), the oldest moat is tested with (Debian's 20221219 fails stat and ls -la inside with EINVAL)", path, v, d, RunscMinimum, RunscMinimumDate),
+			Hint: RunscBuild}
+	}
 	return path, v, nil
+}
+
+// RunscDate returns the YYYYMMDD date in a runsc version string
+// ("0.0~20221219.0", "release-20240101.0", a Go pseudo-version
+// "v0.0.0-20260905035102-160fafc42237"), or "" when it has none.
+func RunscDate(version string) string {
+	for i := 0; i+8 <= len(version); i++ {
+		if i > 0 && version[i-1] >= '0' && version[i-1] <= '9' {
+			continue
+		}
+		d := version[i : i+8]
+		if strings.Trim(d, "0123456789") != "" {
+			continue
+		}
+		if d[:2] != "20" || d[4:6] < "01" || d[4:6] > "12" || d[6:8] < "01" || d[6:8] > "31" {
+			continue
+		}
+		return d
+	}
+	return ""
 }
 
 // OpenSSL finds openssl and returns its path and version (e.g. "3.0.17").

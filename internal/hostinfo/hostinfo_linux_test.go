@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -118,9 +119,64 @@ func TestRootCgroupsDelegated(t *testing.T) {
 
 func TestRunsc(t *testing.T) {
 	path, version, err := Runsc()
-	testenv.Need(t, err == nil, fmt.Sprintf("runsc: %v", err))
+	_, lookErr := exec.LookPath("runsc")
+	testenv.Need(t, lookErr == nil, "runsc is not installed")
+	if err != nil {
+		t.Fatalf("runsc: %v", err)
+	}
 	if !filepath.IsAbs(path) || version == "" || strings.ContainsAny(version, " \n") {
 		t.Errorf("got path %q version %q, want an absolute path and one version word", path, version)
+	}
+	if version == "VERSION_MISSING" {
+		t.Errorf("version %q: a runsc built with go install should be named by its module version", version)
+	}
+	if d := RunscDate(version); d == "" || d < RunscMinimumDate {
+		t.Errorf("version %q: date %q, want %s or later", version, d, RunscMinimumDate)
+	}
+}
+
+// TestRunscTooOld: a runsc that says it is Debian's 20221219 is refused
+// with the minimum and how to build it; the control, a runsc that says it
+// is the minimum, is accepted. Fake runscs are scripts first in PATH.
+func TestRunscTooOld(t *testing.T) {
+	for _, c := range []struct {
+		say string
+		ok  bool
+	}{
+		{"runsc version 0.0~20221219.0", false},
+		{"runsc version release-20240101.0", false},
+		{"runsc version " + RunscMinimum, true},
+		{"runsc version release-20270101.0", true},
+		{"runsc version custom", true}, // no date: the measurement decides
+	} {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "runsc"), []byte("#!/bin/sh\necho '"+c.say+"'\necho 'spec: 1.2.1'\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv("PATH", dir+":/usr/bin:/bin")
+		_, v, err := Runsc()
+		if c.ok != (err == nil) {
+			t.Errorf("%q: version %q, err %v, want ok=%v", c.say, v, err, c.ok)
+		}
+		if err != nil && (!strings.Contains(err.Error(), RunscMinimum) || !strings.Contains(err.Error(), "go install gvisor.dev/gvisor/runsc@")) {
+			t.Errorf("%q: %v does not name the minimum and how to build it", c.say, err)
+		}
+	}
+}
+
+func TestRunscDate(t *testing.T) {
+	for in, want := range map[string]string{
+		"0.0~20221219.0":                     "20221219",
+		"release-20240101.0":                 "20240101",
+		"v0.0.0-20260905035102-160fafc42237": "20260905",
+		"VERSION_MISSING":                    "",
+		"":                                   "",
+		"120221219":                          "", // part of a longer number
+		"20261399":                           "", // not a date
+	} {
+		if got := RunscDate(in); got != want {
+			t.Errorf("RunscDate(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
 
