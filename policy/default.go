@@ -173,3 +173,48 @@ func (p *Policy) ResolveHostIDs(euid int) (uid, gid int, err error) {
 	}
 	return uid, gid, nil
 }
+
+// HostIDs are the host uid and gid a workload runs as when moat runs as
+// root (see ResolveHostIDs), with how each was decided. Rootless, the
+// workload runs as the caller instead, whatever the policy says.
+type HostIDs struct {
+	UID int `json:"host_uid"`
+	GID int `json:"host_gid"`
+	// UIDFrom and GIDFrom say where each came from: "set in the policy",
+	// the workspace owner, or nobody and why.
+	UIDFrom string `json:"host_uid_from"`
+	GIDFrom string `json:"host_gid_from"`
+	// Err is why they could not be decided (the workspace's owner could
+	// not be read); UID and GID are then 0.
+	Err string `json:"error,omitempty"`
+}
+
+// HostIDsAsRoot decides the host ids as ResolveHostIDs(0) does and says
+// how, for printing the effective policy.
+func (p *Policy) HostIDsAsRoot() HostIDs {
+	var h HostIDs
+	uid, gid, err := p.ResolveHostIDs(0)
+	if err != nil {
+		h.Err = err.Error()
+		return h
+	}
+	h.UID, h.GID = uid, gid
+	ou, og := -1, -1
+	if len(p.Filesystem.ReadWrite) > 0 {
+		ou, og, _ = owner(p.Filesystem.ReadWrite[0]) // ResolveHostIDs read it just now
+	}
+	from := func(set bool, wsOwner int) string {
+		switch {
+		case set:
+			return "set in the policy"
+		case len(p.Filesystem.ReadWrite) == 0:
+			return "no read_write grant, so nobody"
+		case wsOwner == 0:
+			return "the workspace " + p.Filesystem.ReadWrite[0] + " is root's, so nobody"
+		}
+		return "the owner of the workspace " + p.Filesystem.ReadWrite[0]
+	}
+	h.UIDFrom = from(p.Process.HostUID != 0, ou)
+	h.GIDFrom = from(p.Process.HostGID != 0, og)
+	return h
+}

@@ -34,7 +34,7 @@ sandbox: true
 }
 
 // The effective policy fills in every default; YAML prints it in a form
-// that loads back unchanged.
+// that loads back unchanged, with the host ids moat derives as comments.
 func ExamplePolicy_YAML() {
 	p, err := policy.Parse([]byte("version: 1\nprocess: {uid: 1500}\naudit: {dir: /var/lib/moat/runs}\n"), "")
 	if err != nil {
@@ -54,6 +54,9 @@ func ExamplePolicy_YAML() {
 	// process:
 	//   uid: 1500
 	//   gid: 1000
+	//   # host_uid: 65534   (derived: no read_write grant, so nobody)
+	//   # host_gid: 65534   (derived: no read_write grant, so nobody)
+	//   # host_uid and host_gid apply when moat runs as root; rootless, the workload runs as the caller's own uid and gid
 	//   env:
 	//     HOME: /tmp
 	//     PATH: /usr/local/bin:/usr/bin:/bin

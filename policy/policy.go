@@ -28,7 +28,15 @@
 // # Identity
 //
 // SHA256 is the hex sha256 of the RFC 8785 canonical JSON of the effective
-// policy (as JSON prints it); it is what run records cite.
+// policy (as JSON prints it, less its "derived" member); it is what run
+// records cite.
+//
+// # Derived values
+//
+// What moat decides from the host when the run starts is printed with the
+// effective policy but is not part of it: the host uid and gid of the
+// workload as root when process.host_uid/host_gid are not set (HostIDsAsRoot),
+// as comments in YAML and as "derived" in JSON.
 package policy
 
 // Policy is a loaded, validated policy. After Load every path is absolute

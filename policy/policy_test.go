@@ -1,7 +1,9 @@
 package policy
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -636,5 +638,87 @@ func TestSize(t *testing.T) {
 				t.Errorf("String got %q, want %q", got.String(), tt.str)
 			}
 		})
+	}
+}
+
+// TestHostIDsPrinted: the effective policy says which host ids the
+// workload gets as root and how they were derived (YAML comments, a
+// "derived" member in JSON) without changing the policy: YAML reads back
+// to the same policy, and the hash does not cover the derived values.
+// Control: host ids set in the policy are printed as keys, "set in the
+// policy".
+func TestHostIDsPrinted(t *testing.T) {
+	f := newFixture(t)
+	ou, og, err := owner(f.ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantU, wantG, fromU := ou, og, "the owner of the workspace "+f.ws
+	if ou == 0 {
+		wantU, fromU = NobodyID, "the workspace "+f.ws+" is root's, so nobody"
+	}
+	if og == 0 {
+		wantG = NobodyID
+	}
+	p, perr := f.parse(t, v1("filesystem: {read_write: [workspace]}\n"))
+	if perr != nil {
+		t.Fatal(perr)
+	}
+	y, err := p.YAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{fmt.Sprintf("  # host_uid: %d   (derived: %s)\n", wantU, fromU), fmt.Sprintf("  # host_gid: %d   (derived: ", wantG),
+		"  # host_uid and host_gid apply when moat runs as root; rootless, the workload runs as the caller's own uid and gid\n  env:"} {
+		if !strings.Contains(string(y), w) {
+			t.Errorf("YAML lacks %q:\n%s", w, y)
+		}
+	}
+	if q, err := Parse(y, ""); err != nil || !reflect.DeepEqual(p, q) {
+		t.Errorf("YAML with the derived comments does not read back to the same policy: %v", err)
+	}
+	j, err := p.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Process struct {
+			HostUID int `json:"host_uid"`
+		} `json:"process"`
+		Derived Derived `json:"derived"`
+	}
+	if err := json.Unmarshal(j, &got); err != nil {
+		t.Fatal(err)
+	}
+	if h := got.Derived.Process.HostIDs; h.UID != wantU || h.GID != wantG || h.UIDFrom != fromU || h.Err != "" {
+		t.Errorf("JSON derived host ids %+v, want %d/%d from %q\n%s", h, wantU, wantG, fromU, j)
+	}
+	if got.Process.HostUID != 0 {
+		t.Errorf("JSON process.host_uid %d, want 0 (not set: decided at run time)", got.Process.HostUID)
+	}
+	c, err := p.CanonicalJSON()
+	if err != nil || strings.Contains(string(c), "derived") {
+		t.Errorf("canonical JSON carries the derived values: %v %s", err, c)
+	}
+
+	// Control: set in the policy, printed as keys and said so.
+	p, perr = f.parse(t, v1("filesystem: {read_write: [workspace]}\nprocess: {host_uid: 7, host_gid: 8}\n"))
+	if perr != nil {
+		t.Fatal(perr)
+	}
+	y, _ = p.YAML()
+	if !strings.Contains(string(y), "  host_uid: 7\n  host_gid: 8\n  # host_uid and host_gid apply when moat runs as root") || strings.Contains(string(y), "# host_uid: ") {
+		t.Errorf("YAML with host ids set:\n%s", y)
+	}
+	if h := p.HostIDsAsRoot(); h.UID != 7 || h.GID != 8 || h.UIDFrom != "set in the policy" || h.GIDFrom != "set in the policy" {
+		t.Errorf("HostIDsAsRoot with host ids set: %+v", h)
+	}
+	// No workspace: nobody, said why.
+	p, perr = f.parse(t, v1("filesystem: {read_only: [data]}\n"))
+	if perr != nil {
+		t.Fatal(perr)
+	}
+	if h := p.HostIDsAsRoot(); h.UID != NobodyID || h.UIDFrom != "no read_write grant, so nobody" {
+		t.Errorf("HostIDsAsRoot without a workspace: %+v", h)
 	}
 }
