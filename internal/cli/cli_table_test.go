@@ -30,30 +30,30 @@ func commandsOf(c *cobra.Command) []*cobra.Command {
 // is json and yaml wherever there is output (policy check's text form is
 // YAML already). A command that gains output, or -o, must be added here.
 var wantOutput = map[string][]string{
-	"moat audit verify":     {"json", "yaml"},
-	"moat audit show":       {"json", "yaml"},
-	"moat conformance run":  {"json", "yaml"},
-	"moat doctor":           {"json", "yaml"},
-	"moat evidence run":     {"json", "yaml"},
-	"moat evidence verify":  {"json", "yaml"},
-	"moat policy check":     {"yaml", "json"},
-	"moat run":              {"json", "yaml"},
-	"moat runs list":        {"json", "yaml"},
-	"moat runs show":        {"json", "yaml"},
-	"moat sandbox create":   {"json", "yaml"},
-	"moat sandbox exec":     {"json", "yaml"},
-	"moat sandbox get":      {"json", "yaml"},
-	"moat sandbox list":     {"json", "yaml"},
-	"moat demo":             nil, // a narrative for people; its evidence is the bundle
-	"moat policy schema":    nil, // JSON Schema itself
-	"moat sandbox delete":   nil, // prints nothing on success
-	"moat audit":            nil,
-	"moat conformance":      nil,
-	"moat evidence":         nil,
-	"moat policy":           nil,
-	"moat runs":             nil,
-	"moat sandbox":          nil,
-	"moat":                  nil,
+	"moat audit verify":    {"json", "yaml"},
+	"moat audit show":      {"json", "yaml"},
+	"moat conformance run": {"json", "yaml"},
+	"moat doctor":          {"json", "yaml"},
+	"moat evidence run":    {"json", "yaml"},
+	"moat evidence verify": {"json", "yaml"},
+	"moat policy check":    {"yaml", "json"},
+	"moat run":             {"json", "yaml"},
+	"moat runs list":       {"json", "yaml"},
+	"moat runs show":       {"json", "yaml"},
+	"moat sandbox create":  {"json", "yaml"},
+	"moat sandbox exec":    {"json", "yaml"},
+	"moat sandbox get":     {"json", "yaml"},
+	"moat sandbox list":    {"json", "yaml"},
+	"moat demo":            nil, // a narrative for people; its evidence is the bundle
+	"moat policy schema":   nil, // JSON Schema itself
+	"moat sandbox delete":  nil, // prints nothing on success
+	"moat audit":           nil,
+	"moat conformance":     nil,
+	"moat evidence":        nil,
+	"moat policy":          nil,
+	"moat runs":            nil,
+	"moat sandbox":         nil,
+	"moat":                 nil,
 }
 
 func TestEveryCommandHasExampleAndOutputFormats(t *testing.T) {
