@@ -255,3 +255,36 @@ func TestRunBrokerLogLevels(t *testing.T) {
 		t.Errorf("bad MOAT_LOG: exit %d %s", cmd.ProcessState.ExitCode(), out)
 	}
 }
+
+// sandbox create checks the credentials and the log level as run does:
+// refused with the same message, and with both set the sandbox is created
+// (and deleted).
+func TestSandboxCreateChecksCredentialsAndLogLevel(t *testing.T) {
+	e := newEnv(t)
+	pol := envPolicy(e, "sb-creds.yaml", anthropicProvider)
+	create := func(extra []string, args ...string) result {
+		cmd := e.command(append([]string{"sandbox", "create"}, args...)...)
+		cmd.Env = append(cmd.Env, extra...)
+		var so, se bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &so, &se
+		cmd.Run()
+		return result{so.String(), se.String(), cmd.ProcessState.ExitCode()}
+	}
+	if r := create(nil, "--name", "nocreds", "--policy", pol); r.code != 125 || !strings.Contains(r.stderr, `E2E_ANTHROPIC_KEY is not set or empty (provider "anth")`) {
+		t.Errorf("create without the credential: %s", r)
+	}
+	withKey := []string{"E2E_ANTHROPIC_KEY=" + anthropicCred}
+	if r := create(withKey, "--name", "badlevel", "--log-level", "loud", "--policy", pol); r.code != 125 || !strings.Contains(r.stderr, `unknown log level "loud"`) {
+		t.Errorf("create --log-level loud: %s", r)
+	}
+	if r := create(append(withKey, "MOAT_LOG=loud"), "--name", "badenv", "--policy", pol); r.code != 125 || !strings.Contains(r.stderr, `unknown log level "loud"`) {
+		t.Errorf("create with MOAT_LOG=loud: %s", r)
+	}
+	// Control: the credential set and a known level.
+	if r := create(withKey, "--name", "ok", "--log-level", "debug", "--policy", pol); r.code != 0 {
+		t.Fatalf("create with the credential: %s", r)
+	}
+	if r := e.moat("sandbox", "delete", "ok"); r.code != 0 {
+		t.Errorf("delete: %s", r)
+	}
+}
