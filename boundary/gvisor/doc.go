@@ -11,8 +11,14 @@
 //
 // runsc's network mode "host" means the sentry uses the network namespace it
 // was started in, which moat made with nothing but loopback and the broker's
-// listener: egress is confined by that namespace, not by the sentry. The
-// workload runs as the policy's non-root uid, with every capability set
+// listener: egress is confined by that namespace, not by the sentry. gVisor
+// maps no ids (no user namespace here), so the uid the workload has inside
+// is the uid its files get on the host: it runs as the host uid native
+// maps to (process.host_uid, else the owner of the first read_write grant
+// when not root, else 65534), never 0, and every read_write grant must be
+// owned by that uid (a root-owned workspace is refused with the chown
+// fix). Inside, id -u therefore shows that uid, not process.uid. It runs
+// with every capability set
 // empty, noNewPrivileges, and a seccomp filter in the spec that runsc
 // enforces inside the sentry because moat passes --oci-seccomp (without it
 // runsc ignores the spec's filter). Only the policy's grants are mounted;
@@ -27,6 +33,13 @@
 //   - Rootless: Debian's runsc (release 20221219), run rootless inside a user
 //     namespace, fails every write to a bind mount with EINVAL, so a
 //     workspace cannot work. The backend needs root; `moat doctor` says so.
+//     That runsc also fails statx (stat, ls -la) with EINVAL; moat wants
+//     the runsc that scripts/install-runsc builds (hostinfo.RunscMinimum),
+//     and the measurement's useful-work control fails Ready on an older one.
+//   - cgroups: runsc makes the container's cgroup (linux.cgroupsPath,
+//     /moat-<run>) in every hierarchy and leaves it when its sandbox is
+//     killed; moat gives them to the reaper before runsc starts and removes
+//     them on Terminate, so neither an exit nor a SIGKILL of moat leaves one.
 //   - cgroup memory and pids limits are not configured (runsc's cgroup
 //     handling on this host's cgroup v1 is not wired); Limits reports them
 //     as not enforced. RLIMIT_NOFILE is set in the spec.

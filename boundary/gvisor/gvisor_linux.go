@@ -20,6 +20,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/internal/hostinfo"
+	"github.com/moat-sandbox/moat/internal/reaper"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -46,13 +48,17 @@ func (backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.Sandbo
 	pol := spec.Policy
 	runsc, err := exec.LookPath("runsc")
 	if err != nil {
-		return nil, fmt.Errorf("runsc not found in PATH: install gVisor's runsc (Debian: apt-get install runsc)")
+		return nil, fmt.Errorf("runsc not found in PATH: build gVisor's runsc (%s); Debian's 20221219 is too old", hostinfo.RunscBuild)
 	}
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("the gvisor backend needs root here: this runsc, run rootless, fails writes to bind mounts (EINVAL); run moat as root or use --backend native")
 	}
 	if pol.Process.UID == 0 {
 		return nil, fmt.Errorf("BUG: policy uid 0 reached the gvisor backend")
+	}
+	uid, gid, err := hostIDs(pol)
+	if err != nil {
+		return nil, err
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -98,7 +104,8 @@ func (backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.Sandbo
 			return nil, err
 		}
 	}
-	oci, err := buildSpec(pol, plan, rootfs, grantsDir, exe)
+	cgroupsPath := "/moat-" + sanitize(spec.RunID)
+	oci, err := buildSpec(pol, uid, gid, plan, rootfs, grantsDir, exe, cgroupsPath)
 	if err != nil {
 		return nil, err
 	}
@@ -109,8 +116,16 @@ func (backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.Sandbo
 	if err := os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600); err != nil {
 		return nil, err
 	}
-	s := &sandbox{pol: pol, dir: dir, pending: map[int]*proc{}, stop: make(chan struct{}), exited: make(chan struct{})}
-	if err := s.startInit(exe, initConfig{Runsc: runsc, Root: root, Bundle: bundle, ID: "moat-" + sanitize(spec.RunID), Plan: *plan, GrantsDir: grantsDir}); err != nil {
+	s := &sandbox{pol: pol, uid: uid, gid: gid, dir: dir, pending: map[int]*proc{}, stop: make(chan struct{}), exited: make(chan struct{}),
+		reaper: spec.Reaper}
+	// runsc makes the container's cgroups itself (one per hierarchy) and
+	// leaves them behind when its sandbox is killed: they are the reaper's
+	// before they exist, and removed on Terminate.
+	s.cgroups = cgroupDirs(cgroupsPath)
+	for _, d := range s.cgroups {
+		s.reaper.Own(d, false)
+	}
+	if err := s.startInit(exe, initConfig{Runsc: runsc, Root: root, Bundle: bundle, ID: "moat-" + sanitize(spec.RunID), Plan: *plan, GrantsDir: grantsDir, WriteOwner: uid}); err != nil {
 		s.Terminate()
 		return nil, err
 	}
@@ -127,8 +142,11 @@ func sanitize(id string) string {
 }
 
 type sandbox struct {
-	pol *policy.Policy
-	dir string
+	pol      *policy.Policy
+	uid, gid int // the workload's, inside and on the host (see hostIDs)
+	dir      string
+	reaper   *reaper.Reaper
+	cgroups  []string // runsc's cgroup directories, removed on Terminate
 
 	conn       *net.UnixConn
 	initPID    int // host pid of the init
@@ -357,13 +375,13 @@ func (s *sandbox) Start(ctx context.Context, p boundary.Process) (boundary.Runni
 		return nil, fmt.Errorf("empty command")
 	}
 	argv := append([]string{moatInside, stageEntry, "--"}, p.Argv...)
-	return s.start(ctx, process(s.pol, argv, p.Env, p.Dir), p)
+	return s.start(ctx, process(s.pol, s.uid, s.gid, argv, p.Env, p.Dir), p)
 }
 
 func (s *sandbox) StartHelper(ctx context.Context, args []string, p boundary.Process) (boundary.Running, error) {
 	// The measurement runs behind the same stage as every workload.
 	argv := append([]string{moatInside, stageEntry, "--", moatInside}, args...)
-	return s.start(ctx, process(s.pol, argv, p.Env, "/"), p)
+	return s.start(ctx, process(s.pol, s.uid, s.gid, argv, p.Env, "/"), p)
 }
 
 func (s *sandbox) start(ctx context.Context, op ociProcess, p boundary.Process) (boundary.Running, error) {
@@ -553,6 +571,37 @@ func (s *sandbox) Terminate() error {
 			s.listener.Close()
 		}
 		os.RemoveAll(s.dir)
+		// Every runsc process is gone with the init's PID namespace; the
+		// cgroups empty within moments.
+		removeCgroups(s.cgroups, s.reaper)
 	})
 	return nil
+}
+
+// hostIDs is the uid/gid the workload runs as, inside gVisor and on the
+// host alike: gVisor maps no ids, so what the workload writes to a grant
+// lands on the host with the uid it has inside. The rule is native's
+// (policy.ResolveHostIDs as root): process.host_uid/host_gid when set,
+// else the owner of the first read_write grant when not root, else 65534;
+// never 0. Every read_write grant must be owned by that uid: a root-owned
+// workspace is refused with the chown fix, never written as root. The
+// init checks the owner again on the descriptor it mounts.
+func hostIDs(pol *policy.Policy) (int, int, error) {
+	uid, gid, err := pol.ResolveHostIDs(0)
+	if err != nil {
+		return 0, 0, fmt.Errorf("moat: refused: %w", err)
+	}
+	if uid <= 0 || gid <= 0 {
+		return 0, 0, fmt.Errorf("BUG: host ids %d:%d", uid, gid)
+	}
+	for _, p := range pol.Filesystem.ReadWrite {
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			return 0, 0, fmt.Errorf("moat: refused: read_write grant %s: %w", p, err)
+		}
+		if int(st.Uid) != uid {
+			return 0, 0, fmt.Errorf("moat: refused: read_write grant %s is owned by uid %d, but the workload runs as host uid %d (process.host_uid, else the first read_write grant's owner, else 65534) and moat never lets it write as another uid, root least of all; chown -R %d:%d %s, or set process.host_uid to its owner if that is not root", p, st.Uid, uid, uid, gid, p)
+		}
+	}
+	return uid, gid, nil
 }

@@ -37,8 +37,19 @@ func testPolicy(t *testing.T) (*policy.Policy, string) {
 	dir := t.TempDir()
 	os.Chmod(dir, 0o755)
 	ws := filepath.Join(dir, "ws")
-	os.Mkdir(ws, 0o777)
-	os.Chmod(ws, 0o777)
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The workload runs as the workspace's owner (see hostIDs): uid 1000,
+	// as the policy's uid, so that tests can say what id -u prints.
+	if err := os.Chown(ws, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	return policyFor(ws)
+}
+
+// policyFor is the tests' policy with ws as the workspace.
+func policyFor(ws string) (*policy.Policy, string) {
 	pol := &policy.Policy{Version: 1, Backend: "gvisor"}
 	pol.Filesystem.ReadOnly = []string{"/usr", "/bin", "/lib", "/lib64"}
 	pol.Filesystem.ReadWrite = []string{ws}

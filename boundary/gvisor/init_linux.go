@@ -50,6 +50,9 @@ type initConfig struct {
 	// checks and clones each, and attaches it at GrantsDir/<index>.
 	Plan      grants.Plan `json:"plan"`
 	GrantsDir string      `json:"grants_dir"`
+	// WriteOwner is the host uid that must own every read_write grant
+	// (the workload's, see hostIDs); checked on the descriptor mounted.
+	WriteOwner int `json:"write_owner"`
 }
 
 // msg is one control message in either direction (SOCK_SEQPACKET: one
@@ -299,8 +302,11 @@ func loopbackUp() error {
 // clones the tree from the descriptor and attaches it at its staging
 // point, a directory only root can reach.
 func stageGrants(cfg *initConfig) error {
+	if cfg.WriteOwner <= 0 {
+		return fmt.Errorf("BUG: read_write grant owner %d", cfg.WriteOwner)
+	}
 	for i, m := range cfg.Plan.Mounts {
-		pfd, err := m.Open(grants.Checks{WriteOwner: -1})
+		pfd, err := m.Open(grants.Checks{WriteOwner: cfg.WriteOwner})
 		if err != nil {
 			return err
 		}

@@ -71,8 +71,9 @@ type ociMount struct {
 }
 
 type ociLinux struct {
-	Namespaces []ociNamespace `json:"namespaces"`
-	Seccomp    *ociSeccomp    `json:"seccomp,omitempty"`
+	CgroupsPath string         `json:"cgroupsPath,omitempty"`
+	Namespaces  []ociNamespace `json:"namespaces"`
+	Seccomp     *ociSeccomp    `json:"seccomp,omitempty"`
 }
 
 type ociNamespace struct {
@@ -196,9 +197,10 @@ func modeSyscalls() []modeArg {
 	return out
 }
 
-func process(pol *policy.Policy, args, env []string, cwd string) ociProcess {
+// process is an OCI process as uid:gid (see hostIDs), with no capability.
+func process(pol *policy.Policy, uid, gid int, args, env []string, cwd string) ociProcess {
 	p := ociProcess{
-		User:            ociUser{UID: pol.Process.UID, GID: pol.Process.GID},
+		User:            ociUser{UID: uid, GID: gid},
 		Args:            args,
 		Env:             env,
 		Cwd:             cwd,
@@ -222,13 +224,16 @@ func process(pol *policy.Policy, args, env []string, cwd string) ociProcess {
 func stagedGrant(dir string, i int) string { return filepath.Join(dir, strconv.Itoa(i)) }
 
 // buildSpec writes the bundle's config.json contents.
-func buildSpec(pol *policy.Policy, plan *grants.Plan, rootfs, grantsDir, moatExe string) (*ociSpec, error) {
+// cgroupsPath is where runsc makes the container's cgroup in each
+// hierarchy (see cgroupDirs).
+func buildSpec(pol *policy.Policy, uid, gid int, plan *grants.Plan, rootfs, grantsDir, moatExe, cgroupsPath string) (*ociSpec, error) {
 	s := &ociSpec{
 		OCIVersion: "1.0.2",
-		Process:    process(pol, []string{moatInside, pauseEntry}, nil, "/"),
+		Process:    process(pol, uid, gid, []string{moatInside, pauseEntry}, nil, "/"),
 		Root:       ociRoot{Path: rootfs, Readonly: true},
 		Hostname:   "moat",
 		Linux: ociLinux{
+			CgroupsPath: cgroupsPath,
 			// No "network" entry: runsc --network=host uses the network
 			// namespace it runs in, which moat made with loopback only.
 			Namespaces: []ociNamespace{{"pid"}, {"ipc"}, {"uts"}, {"mount"}},
