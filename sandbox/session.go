@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -266,18 +268,26 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[strin
 	}); err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
-	s.stateDir, err = os.MkdirTemp("", "moat-"+s.RunID+"-")
-	if err != nil {
-		return err
-	}
 	// The reaper removes the staging directory and the backend's cgroups
-	// if moat dies without doing so itself.
+	// if moat dies without doing so itself. It is told the staging
+	// directory before that exists, so that no kill leaves it behind.
 	if exe, err := os.Executable(); err == nil {
 		if s.reaper, err = reaper.Start(exe); err != nil {
 			return err
 		}
 	}
-	s.reaper.Own(s.stateDir, true)
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	s.stateDir = filepath.Join(os.TempDir(), "moat-"+s.RunID+"-"+hex.EncodeToString(rnd[:]))
+	if err := s.reaper.Own(s.stateDir, true); err != nil {
+		return fmt.Errorf("reaper: %w", err)
+	}
+	if err := os.Mkdir(s.stateDir, 0o700); err != nil {
+		// Not ours (it existed): the reaper must not remove it.
+		s.reaper.Done(s.stateDir)
+		s.stateDir = ""
+		return err
+	}
 	sb, err := be.Prepare(ctx, boundary.Spec{RunID: s.RunID, Policy: pol, StateDir: s.stateDir, Reaper: s.reaper})
 	if err != nil {
 		msg := fmt.Sprintf("backend %s could not prepare the sandbox: %v", be.Name(), err)

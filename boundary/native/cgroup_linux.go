@@ -56,12 +56,14 @@ func newCgroups(runID string, lim policy.Limits, rp *reaper.Reaper) (*cgroups, b
 			return false
 		}
 		dir := filepath.Join(base, ownCgroup(ctrl), name)
+		// The reaper owns it before it exists, so that no kill leaves it.
+		cg.reaper.Own(dir, false)
 		if err := os.Mkdir(dir, 0o755); err != nil {
+			cg.reaper.Done(dir) // not ours
 			why = append(why, fmt.Sprintf("%s: %v", ctrl, err))
 			return false
 		}
 		cg.dirs = append(cg.dirs, dir)
-		cg.reaper.Own(dir, false)
 		if err := os.WriteFile(filepath.Join(dir, file), []byte(strconv.FormatInt(val, 10)), 0); err != nil {
 			why = append(why, fmt.Sprintf("%s: %v", ctrl, err))
 			return false
