@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -97,6 +98,15 @@ func Confirm(ctx context.Context, sb boundary.Sandbox, cfg Config) (boundary.Pro
 	ln, err := net.FileListener(li.File) // a dup; li.File stays open
 	if err != nil {
 		return props, nil, fmt.Errorf("measure: using the broker listener: %w", err)
+	}
+	// What the helper may leave in the read-write grants if moat is
+	// killed mid-measurement is the reaper's before it exists.
+	for i, p := range pl.Probes {
+		if p.Op == opWrite && slices.ContainsFunc(cfg.ReadWrite, func(g string) bool { return within(p.Path, g) }) {
+			f := filepath.Join(p.Path, probeFileName(pl.Nonce, i))
+			cfg.Reaper.OwnFile(f)
+			defer cfg.Reaper.Done(f)
+		}
 	}
 	obs := &observer{ln: ln, nonce: pl.Nonce, attr: sb.Attributor(), done: make(chan struct{})}
 	go obs.run()

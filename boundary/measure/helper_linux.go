@@ -106,7 +106,7 @@ func runProbe(nonce string, i int, p probe) (outcome, detail string) {
 	case opRead:
 		return probeRead(p.Path)
 	case opWrite:
-		return probeWrite(p.Path, fmt.Sprintf(".moat-measure-%.16s-%d", nonce, i))
+		return probeWrite(p.Path, probeFileName(nonce, i))
 	case opTCP:
 		return probeTCP(p.Addr)
 	case opUnix:
@@ -142,21 +142,21 @@ func runProbe(nonce string, i int, p probe) (outcome, detail string) {
 	case opSetuid:
 		return probeSetuid(p.Path)
 	case opSetIDChmod:
-		name := fmt.Sprintf(".moat-measure-%.16s-%d", nonce, i)
+		name := probeFileName(nonce, i)
 		if o, d := probeSetIDChmod(p.Path, name, 0o4755); o != OutcomeFailed {
 			return o, d
 		}
 		return probeSetIDChmod(p.Path, name, 0o2755)
 	case opSetIDCreate:
-		return probeSetIDCreate(p.Path, fmt.Sprintf(".moat-measure-%.16s-%d", nonce, i))
+		return probeSetIDCreate(p.Path, probeFileName(nonce, i))
 	case opChmodPlain:
-		return probeSetIDChmod(p.Path, fmt.Sprintf(".moat-measure-%.16s-%d", nonce, i), 0o755)
+		return probeSetIDChmod(p.Path, probeFileName(nonce, i), 0o755)
 	case opUnixDgram:
 		return probeUnixDgram(p.Addr)
 	case opStreamPair:
 		return probeSocketpair(unix.SOCK_STREAM)
 	case opFIFO:
-		return probeFIFO(p.Path, fmt.Sprintf(".moat-measure-%.16s-%d", nonce, i))
+		return probeFIFO(p.Path, probeFileName(nonce, i))
 	case opStatList:
 		return probeStatList(p.Path)
 	}

@@ -141,6 +141,14 @@ const (
 	opStatList     = "stat-list"        // path: statx it as ls -la does; a directory: list it and statx each entry
 )
 
+// probeFileName is the name of the file that probe i of a plan with nonce
+// creates (and removes) in a directory; the host registers those in the
+// read-write grants with the reaper, so that a kill mid-measurement
+// leaves none.
+func probeFileName(nonce string, i int) string {
+	return fmt.Sprintf(".moat-measure-%.16s-%d", nonce, i)
+}
+
 // plan is the helper's input.
 type plan struct {
 	V      int     `json:"v"`

@@ -102,14 +102,15 @@ func startReceivers(cfg *Config, nonce string) *receivers {
 				r.notes = append(r.notes, fmt.Sprintf("no receiver at %s: path longer than %d bytes", s, maxUnixPath))
 				continue
 			}
+			cfg.Reaper.OwnFile(s) // before it exists: no kill leaves it
 			gs, err := bindInGrant(g, name, network)
 			if err != nil {
+				cfg.Reaper.Done(s)
 				r.notes = append(r.notes, fmt.Sprintf("no receiver at %s: %v", s, err))
 				continue
 			}
 			r.socks = append(r.socks, gs)
 			r.paths = append(r.paths, s)
-			cfg.Reaper.OwnFile(s)
 			if network == "unix" {
 				cfg.ExtraUnixSockets = append(cfg.ExtraUnixSockets[:len(cfg.ExtraUnixSockets):len(cfg.ExtraUnixSockets)], s)
 				r.acceptAll(gs.ln, "unix "+s)

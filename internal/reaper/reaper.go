@@ -15,9 +15,9 @@
 // end whatever the cause of death). The reaper then removes what is still
 // owned: a tree with os.RemoveAll (which never follows symlinks), a
 // directory (a cgroup) with rmdir, retried while its last tasks exit, a
-// file (the measurement's sockets in a grant, a directory a sandbox can
-// write) only if it is still a socket of this uid, through its parent
-// opened without following any symlink. The
+// file (the measurement's sockets and probe files in a grant, a directory
+// a sandbox can write) only if it is a socket or regular file, through its
+// parent opened without following any symlink. The
 // sandbox's own processes die with moat (Pdeathsig, PID namespace), so a
 // cgroup empties within moments.
 package reaper
@@ -196,7 +196,7 @@ func remove(owned []entry) int {
 		case e.tree:
 			err = os.RemoveAll(e.path)
 		case e.file:
-			err = unlinkSocket(e.path)
+			err = unlinkFile(e.path)
 		default:
 			for range rmdirTries {
 				if err = syscall.Rmdir(e.path); err == nil || errors.Is(err, os.ErrNotExist) {

@@ -2,16 +2,17 @@ package reaper
 
 import (
 	"errors"
-	"os"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
 
-// unlinkSocket removes path if it is a socket owned by this uid, through
-// its parent directory opened without following symlinks: the parent lies
-// in a grant, where a sandbox may have swapped anything for a link.
-func unlinkSocket(path string) error {
+// unlinkFile removes path if it is a socket or a regular file, through its
+// parent directory opened without following symlinks: the parent lies in a
+// grant, where a sandbox may have swapped anything for a link. The names
+// are moat's own, with a random nonce; removing a name never touches
+// another name's file (a hard link to a host file loses only that link).
+func unlinkFile(path string) error {
 	dir, err := unix.Openat2(unix.AT_FDCWD, filepath.Dir(path), &unix.OpenHow{
 		Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
 	if errors.Is(err, unix.ENOENT) {
@@ -29,8 +30,8 @@ func unlinkSocket(path string) error {
 		}
 		return err
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFSOCK || int(st.Uid) != os.Geteuid() {
-		return errors.New("not a socket of moat's: left alone")
+	if t := st.Mode & unix.S_IFMT; t != unix.S_IFSOCK && t != unix.S_IFREG {
+		return errors.New("neither a socket nor a regular file: left alone")
 	}
 	return unix.Unlinkat(dir, name, 0)
 }

@@ -4,4 +4,4 @@ package reaper
 
 import "errors"
 
-func unlinkSocket(string) error { return errors.New("reaper: only on Linux") }
+func unlinkFile(string) error { return errors.New("reaper: only on Linux") }
