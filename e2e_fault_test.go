@@ -38,7 +38,7 @@ func TestRootAuditFault(t *testing.T) {
 	args := []string{"run", "--policy", pol, "--run-info", ri, "--", e.probe, helperArg,
 		"wait-file=" + go1, "sdk-anthropic=claude-e2e", "wait-file=" + go2}
 	cmd := e.command(append(args, repeat("sdk-anthropic=claude-e2e", 12)...)...)
-	cmd.Env = append(cmd.Env, "E2E_ANTHROPIC_KEY="+anthropicCred)
+	cmd.Env = append(cmd.Env, "E2E_ANTHROPIC_KEY="+anthropicCred, "E2E_OPENAI_KEY="+openaiCred) // every provider's credential is checked at start
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
 	if err := cmd.Start(); err != nil {
