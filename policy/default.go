@@ -46,6 +46,8 @@ const (
 	MinAuditMaxBytes     Size = 1 << 20
 
 	MaxGrants        = 128 // per list
+	MaxVolumes       = 8
+	MinVolumeSize    = Size(16 << 20) // ext4 with its journal needs a few MiB
 	MaxProviders     = 32
 	MaxModels        = 256 // per provider
 	MaxEnv           = 256

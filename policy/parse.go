@@ -71,7 +71,8 @@ func Parse(data []byte, baseDir string) (*Policy, error) {
 var (
 	topKeys        = []string{"version", "backend", "landlock", "filesystem", "process", "inference", "audit"}
 	landlockKeys   = []string{"abi_floor"}
-	filesystemKeys = []string{"read_only", "read_write", "tmp_size"}
+	filesystemKeys = []string{"read_only", "read_write", "tmp_size", "volumes"}
+	volumeKeys     = []string{"image", "path", "size"}
 	processKeys    = []string{"uid", "gid", "host_uid", "host_gid", "env", "workdir", "limits"}
 	limitsKeys     = []string{"memory", "pids", "open_files"}
 	inferenceKeys  = []string{"max_requests", "require_attribution", "max_output_tokens", "max_refusals", "providers"}
@@ -215,6 +216,48 @@ func (d *decoder) filesystem(n *yaml.Node, fs *Filesystem) {
 			fs.TmpSize = v
 		}
 	}
+	if n := f["volumes"]; n != nil {
+		fs.Volumes = d.volumes(n, "filesystem.volumes")
+	}
+}
+
+func (d *decoder) volumes(n *yaml.Node, path string) []Volume {
+	var out []Volume
+	for i, item := range d.seq(n, path, MaxVolumes) {
+		ip := fmt.Sprintf("%s[%d]", path, i)
+		f := d.mapping(item, ip, volumeKeys...)
+		ok := true
+		for _, k := range volumeKeys {
+			if f[k] == nil {
+				d.add(item, CodeMissing, ip+"."+k, "a volume needs %s (image: the host file, path: where it is mounted inside, size: its capacity)", k)
+				ok = false
+			}
+		}
+		if !ok {
+			continue
+		}
+		img, ok1 := d.path(f["image"], ip+".image")
+		in, ok2 := d.str(f["path"], ip+".path")
+		size, ok3 := d.size(f["size"], ip+".size", MinVolumeSize)
+		if !ok1 || !ok2 || !ok3 {
+			continue
+		}
+		if !filepath.IsAbs(in) || filepath.Clean(in) != in || in == "/" {
+			d.add(f["path"], CodeBadPath, ip+".path", "volume path %q must be a clean absolute path inside the sandbox, other than /", in)
+			continue
+		}
+		for _, r := range []string{"/proc", "/sys", "/dev"} {
+			if within(in, r) {
+				d.add(f["path"], CodeForbidden, ip+".path", "volume path %s is inside %s, which the sandbox provides itself; choose another path", in, r)
+				ok = false
+			}
+		}
+		if ok {
+			d.pos(ip+".path", f["path"])
+			out = append(out, Volume{Image: img, Path: in, Size: size})
+		}
+	}
+	return out
 }
 
 func (d *decoder) process(n *yaml.Node, pr *Process) {

@@ -71,6 +71,18 @@ type Filesystem struct {
 	ReadWrite []string `yaml:"read_write" json:"read_write"`
 	// TmpSize is the size of the private tmpfs at /tmp, in bytes.
 	TmpSize Size `yaml:"tmp_size" json:"tmp_size"`
+	// Volumes are size-capped read-write file systems: each is an ext4
+	// image file on the host that moat creates if missing and mounts at
+	// Path inside the sandbox. The workload's disk use there cannot exceed
+	// Size. Native backend as root only (they need a loop device).
+	Volumes []Volume `yaml:"volumes,omitempty" json:"volumes,omitempty"`
+}
+
+// Volume is one image-backed, size-capped read-write mount.
+type Volume struct {
+	Image string `yaml:"image" json:"image"` // host path of the image file (absolute after loading)
+	Path  string `yaml:"path" json:"path"`   // where it is mounted inside the sandbox
+	Size  Size   `yaml:"size" json:"size"`
 }
 
 // Process configures the workload's identity, environment and limits.

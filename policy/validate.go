@@ -59,10 +59,36 @@ func (d *decoder) validate(p *Policy) {
 		}
 	}
 
+	// Volumes: mounted where no grant is, their images outside every grant
+	// and the audit directory (the workload must not reach the image file
+	// behind its own file system).
+	seenVol := map[string]int{}
+	for i, v := range p.Filesystem.Volumes {
+		key := fmt.Sprintf("filesystem.volumes[%d]", i)
+		if j, dup := seenVol[v.Path]; dup {
+			d.add(d.nodes[key+".path"], CodeDuplicate, key+".path", "volume path %s is already used by filesystem.volumes[%d]", v.Path, j)
+		}
+		seenVol[v.Path] = i
+		for _, g := range grants {
+			if overlaps(v.Path, g.path) {
+				d.add(d.nodes[key+".path"], CodeBadPath, key+".path", "volume path %s overlaps the grant %s (%s); mount the volume where no grant is", v.Path, g.key, g.path)
+			}
+			if within(v.Image, g.path) || within(realPrefix(v.Image), realPrefix(g.path)) {
+				d.add(d.nodes[key+".path"], CodeBadPath, key+".image", "volume image %s lies inside the grant %s (%s): the workload could change its own file system's image; keep images outside every grant", v.Image, g.key, g.path)
+			}
+		}
+		if overlaps(v.Image, p.Audit.Dir) {
+			d.add(d.nodes[key+".path"], CodeAuditInside, key+".image", "volume image %s overlaps the audit directory %s", v.Image, p.Audit.Dir)
+		}
+	}
+
 	// The workdir must exist inside the sandbox: /tmp itself (the private
-	// tmpfs starts empty) or a directory inside a grant.
+	// tmpfs starts empty), a directory inside a grant, or a volume.
 	wd := p.Process.Workdir
 	inGrant := slices.ContainsFunc(grants, func(g grant) bool { return within(wd, g.path) })
+	if slices.ContainsFunc(p.Filesystem.Volumes, func(v Volume) bool { return within(wd, v.Path) }) {
+		return // made by moat when the volume is mounted
+	}
 	switch {
 	case inGrant:
 		if st, err := os.Stat(wd); err != nil {

@@ -78,6 +78,9 @@ func (backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.Sandbo
 	}
 	os.Chmod(rootfs, 0o755)
 	os.Chmod(bundle, 0o755)
+	if len(pol.Filesystem.Volumes) > 0 {
+		return nil, fmt.Errorf("moat: refused: filesystem.volumes are not available on the gvisor backend yet (the native backend mounts them); use --backend native or read_write grants")
+	}
 	plan, err := pol.ResolveGrants()
 	if err != nil {
 		return nil, fmt.Errorf("moat: refused: %w", err)

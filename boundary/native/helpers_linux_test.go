@@ -140,6 +140,20 @@ func doOp(spec string) string {
 			return res("", err)
 		}
 		return res("", os.Symlink(target, dir))
+	case "fill":
+		// Write 1 MiB blocks until the file system says no (or 1 GiB).
+		f, err := os.Create(arg)
+		if err != nil {
+			return res("", err)
+		}
+		defer f.Close()
+		block := make([]byte, 1<<20)
+		for range 1024 {
+			if _, err := f.Write(block); err != nil {
+				return res("", err)
+			}
+		}
+		return res("wrote 1 GiB", f.Sync())
 	case "inotify-count":
 		// How many inotify instances this process can hold at once.
 		n := 0

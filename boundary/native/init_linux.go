@@ -55,11 +55,14 @@ const exeFDMin = 100
 // initConfig is everything the init needs, sent by the supervisor.
 type initConfig struct {
 	// Plan is the grants as the supervisor resolved them (package grants).
-	Plan     grants.Plan `json:"plan"`
-	TmpSize  int64       `json:"tmp_size"`
-	UID      int         `json:"uid"`
-	GID      int         `json:"gid"`
-	Hostname string      `json:"hostname"`
+	Plan grants.Plan `json:"plan"`
+	// Volumes are the paths inside of the policy's volumes, whose mounts
+	// arrive on the control channel after the config, in this order.
+	Volumes  []string `json:"volumes,omitempty"`
+	TmpSize  int64    `json:"tmp_size"`
+	UID      int      `json:"uid"`
+	GID      int      `json:"gid"`
+	Hostname string   `json:"hostname"`
 	// Landlock is the ruleset template; the init fills ConnectPort.
 	Landlock  llRuleset `json:"landlock"`
 	OpenFiles uint64    `json:"open_files"`
@@ -92,7 +95,24 @@ func runInit(args []string) int {
 		return fail(fmt.Errorf("init: keeping the moat binary open: %w", err))
 	}
 	unix.Close(initExeFD)
-	ruleFDs, err := buildRoot(&cfg)
+	var volumes []clonedTree
+	for _, p := range cfg.Volumes {
+		m, files, err := ctl.recv()
+		if err != nil {
+			return fail(fmt.Errorf("init: waiting for volume %s: %w", p, err))
+		}
+		if m.Op != "volume" || m.Dir != p || len(files) != 1 {
+			closeFiles(files)
+			return fail(fmt.Errorf("BUG: init: expected the mount of volume %s, got %q %q with %d fds", p, m.Op, m.Dir, len(files)))
+		}
+		fd, err := unix.FcntlInt(files[0].Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		files[0].Close()
+		if err != nil {
+			return fail(err)
+		}
+		volumes = append(volumes, clonedTree{path: p, fd: fd, dir: true})
+	}
+	ruleFDs, err := buildRoot(&cfg, volumes)
 	if err != nil {
 		return fail(fmt.Errorf("init: building the sandbox root: %w", err))
 	}
@@ -112,8 +132,8 @@ func runInit(args []string) int {
 	}
 	cfg.Landlock.ConnectPort = port
 	in := &initState{cfg: &cfg, ctl: ctl, exeFD: exeFD, exe: os.NewFile(uintptr(exeFD), "moat"), procs: map[int]*initProc{}}
-	for i, fd := range ruleFDs {
-		in.rules = append(in.rules, os.NewFile(uintptr(fd), cfg.Plan.Mounts[i].Real))
+	for _, fd := range ruleFDs {
+		in.rules = append(in.rules, os.NewFile(uintptr(fd), "grant"))
 	}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, unix.SIGCHLD)

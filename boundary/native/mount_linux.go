@@ -37,7 +37,7 @@ type clonedTree struct {
 // init, which is uid 0 of a fresh user namespace that owns a fresh mount
 // namespace. On return the process's root is the new tmpfs and nothing of
 // the host is reachable by path.
-func buildRoot(cfg *initConfig) (ruleFDs []int, err error) {
+func buildRoot(cfg *initConfig, volumes []clonedTree) (ruleFDs []int, err error) {
 	// Nothing we mount may propagate back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return nil, fmt.Errorf("making / recursively private: %w", err)
@@ -60,6 +60,9 @@ func buildRoot(cfg *initConfig) (ruleFDs []int, err error) {
 		}
 		trees = append(trees, t)
 	}
+	// Volumes (mounted by the supervisor) come after the grants, in the
+	// order of the Landlock rules; each is attached like a grant.
+	trees = append(trees, volumes...)
 	var devs []clonedTree
 	defer func() {
 		for _, t := range devs {

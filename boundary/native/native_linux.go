@@ -158,6 +158,11 @@ func initConfigFor(pol *policy.Policy, abi, gid int) (*initConfig, error) {
 			rs.Rules = append(rs.Rules, r)
 		}
 	}
+	// Volumes follow the grants in the init's list of trees.
+	for j, v := range pol.Filesystem.Volumes {
+		cfg.Volumes = append(cfg.Volumes, v.Path)
+		rs.Rules = append(rs.Rules, llRule{Path: v.Path, Grant: len(plan.Mounts) + j + 1, Access: llFSAll(abi)})
+	}
 	// read_dir beneath / lets `ls /` (agents do it first) and every
 	// skeleton directory be listed: all it shows is names of what is
 	// mounted, which the mount table shows anyway; it grants no read of a
@@ -247,6 +252,19 @@ func (sb *sandbox) startInit(ctx context.Context, cfg *initConfig, hostUID, host
 				note = sb.limits.Detail + "; " + note
 			}
 			sb.limits.Detail = note
+		}
+	}
+	// Volumes are mounted here, as root, and handed to the init, which
+	// attaches them in the new root (it reads them after its config).
+	for _, v := range sb.policy.Filesystem.Volumes {
+		m, err := volumeMount(v, hostUID, hostGID)
+		if err != nil {
+			return fmt.Errorf("moat: refused: %w", err)
+		}
+		err = sb.ctl.send(ctlMsg{Op: "volume", Dir: v.Path}, m)
+		unix.Close(m)
+		if err != nil {
+			return fmt.Errorf("native: sending volume %s: %w", v.Path, err)
 		}
 	}
 	b, err := json.Marshal(cfg)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/internal/testenv"
+	"github.com/moat-sandbox/moat/policy"
 )
 
 func TestRootCgroupLimits(t *testing.T) {
@@ -138,5 +140,46 @@ func TestRootMemoryLimit(t *testing.T) {
 	// Violation: more than the limit is killed.
 	if code, out := f.run(t, sb, "alloc", "512"); code != 128+int(syscall.SIGKILL) {
 		t.Errorf("alloc 512 MiB under 128 MiB: got exit %d (%q), want %d (killed)", code, out, 128+int(syscall.SIGKILL))
+	}
+}
+
+// TestRootVolume: a volume is an ext4 image that moat makes when missing
+// and mounts inside; the workload writes there up to its size and no
+// further (ENOSPC), its files persist in the image across runs, and a
+// policy whose only writable places are volumes and /tmp says its disk
+// use is limited. The control for the cap: a small write succeeds.
+func TestRootVolume(t *testing.T) {
+	testenv.NeedRoot(t)
+	_, err := exec.LookPath(mkfsPath)
+	testenv.Need(t, err == nil, "mkfs.ext4 is not installed (e2fsprogs)")
+	_, err = os.Stat("/dev/loop-control")
+	testenv.Need(t, err == nil, "no /dev/loop-control")
+	f := newFixture(t)
+	img := filepath.Join(f.outer, "scratch.img")
+	f.pol.Filesystem.ReadWrite = nil
+	f.pol.Filesystem.Volumes = []policy.Volume{{Image: img, Path: "/scratch", Size: 32 << 20}}
+	sb := f.prepare(t)
+	if l := sb.Limits(); !l.Disk || !strings.Contains(l.DiskDetail, "/scratch") {
+		t.Errorf("limits: %+v, want disk limited by /scratch", l)
+	}
+	res := f.ops(t, sb, "write:/scratch/small", "fill:/scratch/big")
+	wantPrefix(t, res, "write:/scratch/small", "ok")
+	wantPrefix(t, res, "fill:/scratch/big", "err ENOSPC")
+	sb.Terminate()
+	st, err := os.Stat(img)
+	if err != nil || st.Size() != 32<<20 || st.Mode().Perm() != 0o600 {
+		t.Fatalf("image: %v, %v; want a 32 MiB file, mode 0600", st, err)
+	}
+	// Run 2: the same image, the earlier file still there.
+	sb2 := f.prepare(t)
+	res = f.ops(t, sb2, "read:/scratch/small")
+	wantPrefix(t, res, "read:/scratch/small", "ok x")
+	// An image someone else can write is refused.
+	sb2.Terminate()
+	os.Chmod(img, 0o666)
+	be, _ := boundary.Lookup(Name)
+	if sb3, err := be.Prepare(context.Background(), boundary.Spec{RunID: "vol3", Policy: f.pol, StateDir: t.TempDir()}); err == nil {
+		sb3.Terminate()
+		t.Error("an image with mode 0666 was mounted")
 	}
 }

@@ -416,8 +416,26 @@ func (sb *sandbox) HostPID() int {
 // Limits reports which resource limits hold.
 func (sb *sandbox) Limits() boundary.LimitsStatus {
 	l := sb.limits
-	l.DiskDetail = boundary.DiskUnlimited
+	l.Disk, l.DiskDetail = diskStatus(sb.policy.Filesystem)
 	return l
+}
+
+// diskStatus says whether the workload's disk use is limited: only when
+// everything it can write is size-capped (volumes and /tmp), that is, when
+// it has no read_write grant.
+func diskStatus(fs policy.Filesystem) (bool, string) {
+	switch {
+	case len(fs.ReadWrite) > 0 && len(fs.Volumes) > 0:
+		return false, "workspace disk use is not limited: the volumes are capped, but the read_write grants are host directories the workload can fill"
+	case len(fs.ReadWrite) > 0:
+		return false, boundary.DiskUnlimited
+	}
+	var caps []string
+	for _, v := range fs.Volumes {
+		caps = append(caps, fmt.Sprintf("%s %s", v.Path, v.Size))
+	}
+	caps = append(caps, "/tmp (tmp_size)")
+	return true, "disk use is limited: everything the workload can write is size-capped (" + strings.Join(caps, ", ") + ")"
 }
 
 // Terminate kills the init (the PID namespace takes every other process
