@@ -101,6 +101,26 @@ func Run(ctx context.Context, o RunOptions) (int, error) {
 	if len(o.Argv) == 0 {
 		return ExitRefused, &RefusedError{Msg: "no command given (usage: moat run [--policy F] -- CMD [ARG…])"}
 	}
+	// Signals are caught before anything is created: one that comes while
+	// moat starts stops the start (the journal, once open, ends with its
+	// terminal record; the reaper removes what was made), and moat exits
+	// 128+n; once the workload runs, runMain forwards them to it.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	startCtx, cancelStart := context.WithCancelCause(ctx)
+	defer cancelStart(nil)
+	started := make(chan struct{})
+	early := make(chan os.Signal, 1)
+	go func() {
+		select {
+		case sig := <-sigs:
+			early <- sig
+			cancelStart(&SignalError{Sig: sig.(syscall.Signal)})
+		case <-started:
+		}
+		close(early)
+	}()
 	var ri *runinfo.Target
 	if o.RunInfoPath != "" {
 		// Checked and pinned before anything starts: a path inside a grant
@@ -124,26 +144,34 @@ func Run(ctx context.Context, o RunOptions) (int, error) {
 	if o.Terminal {
 		termName = getenv("TERM")
 	}
-	s, err := Open(ctx, SessionOptions{Policy: o.Policy, Backend: o.Backend, Stderr: o.Stderr, Explain: o.Explain, Getenv: getenv,
+	s, err := Open(startCtx, SessionOptions{Policy: o.Policy, Backend: o.Backend, Stderr: o.Stderr, Explain: o.Explain, Getenv: getenv,
 		LogLevel: o.LogLevel, Term: termName})
-	if err != nil {
+	close(started)
+	sig, caught := <-early
+	var se *SignalError
+	switch {
+	case errors.As(err, &se):
+		return se.Code(), se
+	case err != nil:
 		return ExitRefused, err
+	case caught && sig != nil:
+		// It came as the start ended: end the run the same way.
+		se = &SignalError{Sig: sig.(syscall.Signal)}
+		s.Close(se.Code(), "terminated")
+		return se.Code(), se
 	}
 	if o.OnJournal != nil {
 		o.OnJournal(filepath.Dir(s.w.JournalPath()))
 	}
-	code, reason, err := s.runMain(ctx, o, ri)
+	code, reason, err := s.runMain(ctx, o, ri, sigs)
 	s.Close(code, reason)
 	return code, err
 }
 
-func (s *Session) runMain(ctx context.Context, o RunOptions, ri *runinfo.Target) (code int, reason string, err error) {
-	// Signals are caught before the terminal goes raw, so that none of
-	// them ends moat with the caller's terminal left raw; one that comes
-	// before the workload starts is forwarded once it has.
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sigs)
+func (s *Session) runMain(ctx context.Context, o RunOptions, ri *runinfo.Target, sigs <-chan os.Signal) (code int, reason string, err error) {
+	// Signals are caught (by Run) before the terminal goes raw, so that
+	// none of them ends moat with the caller's terminal left raw; one that
+	// comes before the workload starts is forwarded once it has.
 	var relay *term.Relay
 	if o.Terminal {
 		in, ok1 := o.Stdin.(*os.File)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -188,6 +189,12 @@ func Open(ctx context.Context, o SessionOptions) (*Session, error) {
 	}
 	s.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	if err := s.open(ctx, be, creds, o.Explain); err != nil {
+		var sig *SignalError
+		if errors.As(context.Cause(ctx), &sig) {
+			// Stopped by a signal while starting: the journal says so.
+			s.Close(sig.Code(), "terminated")
+			return nil, sig
+		}
 		reason := "failed"
 		if _, ok := err.(*RefusedError); ok {
 			reason = "refused"
@@ -197,6 +204,17 @@ func Open(ctx context.Context, o SessionOptions) (*Session, error) {
 	}
 	return s, nil
 }
+
+// SignalError is a run stopped by a signal to moat before its workload
+// started; its exit code is 128 + the signal's number, as a shell's.
+type SignalError struct{ Sig syscall.Signal }
+
+func (e *SignalError) Error() string {
+	return fmt.Sprintf("stopped by %v before the workload started", e.Sig)
+}
+
+// Code is the exit code: 128 + the signal's number.
+func (e *SignalError) Code() int { return 128 + int(e.Sig) }
 
 // providerCredentials reads every provider's credential_env from moat's
 // environment and checks each value by the broker's own rule
