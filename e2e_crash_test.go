@@ -121,7 +121,7 @@ filesystem:
   read_write: [%s]
 process:
   env: {PATH: /usr/bin:/bin}
-  limits: {memory: 512Mi, pids: 128}
+  limits: {memory: 512Mi, pids: 256}
 audit:
   dir: %s
 inference:

@@ -78,3 +78,28 @@ func writeFile(t *testing.T, p, s string) {
 		t.Fatal(err)
 	}
 }
+
+// TestRunLimitsStrictOrWarned: a memory limit written in the policy is
+// enforced where moat can (as root: the run works), and refused where it
+// cannot (rootless: exit 125 naming the limit, nothing run); the default
+// limits, where they cannot be enforced, give a warning and the run goes
+// on (the control).
+func TestRunLimitsStrictOrWarned(t *testing.T) {
+	e := newEnv(t)
+	strict := filepath.Join(e.dir, "strict.yaml")
+	writeFile(t, strict, strings.Replace(readFile(t, e.policy("")), "process:\n", "process:\n  limits: {memory: 1Gi}\n", 1))
+	r := e.moat("run", "--policy", strict, "--", "/bin/true")
+	if os.Geteuid() == 0 {
+		if r.code != 0 || strings.Contains(r.stderr, "warning") {
+			t.Errorf("as root, a written limit: %s", r)
+		}
+		return
+	}
+	if r.code != 125 || !strings.Contains(r.stderr, "process.limits memory 1Gi cannot be enforced here") {
+		t.Errorf("rootless, a written limit: got %s, want 125 naming the limit", r)
+	}
+	r = e.moat("run", "--policy", e.policy(""), "--", "/bin/true")
+	if r.code != 0 || !strings.Contains(r.stderr, "warning: the default memory and pids limit is not enforced") {
+		t.Errorf("rootless, the default limits: got %s, want the run with a warning", r)
+	}
+}

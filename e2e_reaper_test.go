@@ -18,7 +18,12 @@ import (
 // runs, both exist.
 func TestRunKilledLeavesNothing(t *testing.T) {
 	e := newEnv(t)
-	pol := strings.Replace(readFile(t, e.policy("")), "process:\n", "process:\n  limits: {memory: 256Mi, pids: 64}\n", 1)
+	pol := readFile(t, e.policy(""))
+	if os.Geteuid() == 0 {
+		// Limits only where moat can enforce them (a written limit it
+		// cannot enforce refuses the run).
+		pol = strings.Replace(pol, "process:\n", "process:\n  limits: {memory: 256Mi, pids: 64}\n", 1)
+	}
 	p := filepath.Join(e.dir, "limits.yaml")
 	if err := os.WriteFile(p, []byte(pol), 0o644); err != nil {
 		t.Fatal(err)

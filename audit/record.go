@@ -47,6 +47,9 @@ type BoundaryConfirmed struct {
 	// Checks are the measurement's individual attempts: each violation
 	// tried and each positive control, with what came of it.
 	Checks []Check `json:"checks,omitempty"`
+	// Limits says which resource limits the backend enforces (memory,
+	// pids, open files, disk), with the reason for any it does not.
+	Limits *boundary.LimitsStatus `json:"limits,omitempty"`
 }
 
 // Check is one attempted action of the boundary measurement.

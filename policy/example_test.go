@@ -65,6 +65,7 @@ func ExamplePolicy_YAML() {
 	//     memory: 512Mi
 	//     pids: 256
 	//     open_files: 1024
+	//     required: false
 	// inference:
 	//   max_requests: 32
 	//   require_attribution: false

@@ -74,7 +74,7 @@ var (
 	filesystemKeys = []string{"read_only", "read_write", "tmp_size", "volumes"}
 	volumeKeys     = []string{"image", "path", "size"}
 	processKeys    = []string{"uid", "gid", "host_uid", "host_gid", "env", "workdir", "limits"}
-	limitsKeys     = []string{"memory", "pids", "open_files"}
+	limitsKeys     = []string{"memory", "pids", "open_files", "required"}
 	inferenceKeys  = []string{"max_requests", "require_attribution", "max_output_tokens", "max_refusals", "providers"}
 	providerKeys   = []string{"name", "api", "base_url", "credential_env", "models", "ca_file"}
 	auditKeys      = []string{"dir", "max_bytes"}
@@ -305,6 +305,11 @@ func (d *decoder) process(n *yaml.Node, pr *Process) {
 		if n := lf["pids"]; n != nil {
 			if v, ok := d.limit(n, "process.limits.pids", MinPids, MaxPids); ok {
 				pr.Limits.Pids = v
+			}
+		}
+		if n := lf["required"]; n != nil {
+			if v, ok := d.bool(n, "process.limits.required"); ok {
+				pr.Limits.Required = v
 			}
 		}
 		if n := lf["open_files"]; n != nil {

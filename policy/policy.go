@@ -109,7 +109,22 @@ type Limits struct {
 	Memory    Size `yaml:"memory" json:"memory"`
 	Pids      int  `yaml:"pids" json:"pids"`
 	OpenFiles int  `yaml:"open_files" json:"open_files"`
+	// Required makes every limit strict, the defaults too: a run whose
+	// memory or pids limit cannot be enforced on this host is refused. A
+	// limit set to anything but its default is strict whatever Required
+	// says (the policy asked for it); a default one that cannot be
+	// enforced is reported (a warning at start, run info, the journal).
+	// (Strictness follows the value, not whether the file spelled it out,
+	// so that the printed effective policy means the same when read back.)
+	Required bool `yaml:"required" json:"required"`
 }
+
+// StrictMemory and StrictPids report whether the limit must be enforced
+// or the run refused.
+func (l Limits) StrictMemory() bool { return l.Required || (l.Memory > 0 && l.Memory != DefaultMemory) }
+
+// StrictPids: see StrictMemory.
+func (l Limits) StrictPids() bool { return l.Required || (l.Pids > 0 && l.Pids != DefaultPids) }
 
 // Inference configures the broker.
 type Inference struct {

@@ -188,7 +188,7 @@ func Open(ctx context.Context, o SessionOptions) (*Session, error) {
 		s.term = o.Term
 	}
 	s.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	if err := s.open(ctx, be, creds, o.Explain); err != nil {
+	if err := s.open(ctx, be, creds, o.Explain, stderr); err != nil {
 		var sig *SignalError
 		if errors.As(context.Cause(ctx), &sig) {
 			// Stopped by a signal while starting: the journal says so.
@@ -275,7 +275,7 @@ func validTerm(t string) bool {
 	return true
 }
 
-func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[string]string, explainTo io.Writer) error {
+func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[string]string, explainTo, stderr io.Writer) error {
 	pol := s.pol
 	bsum, err := binarySHA256()
 	if err != nil {
@@ -313,6 +313,12 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[strin
 		return &RefusedError{Msg: msg}
 	}
 	s.sb = sb
+	if msg, warn := limitsVerdict(pol.Process.Limits, sb.Limits()); msg != "" {
+		s.confirmFailed(boundary.Properties{}, msg)
+		return &RefusedError{Msg: msg}
+	} else if warn != "" {
+		fmt.Fprintf(stderr, "moat: warning: %s\n", warn)
+	}
 	li, err := sb.Listener()
 	if err != nil {
 		msg := fmt.Sprintf("backend %s gave no broker listener: %v", be.Name(), err)
@@ -342,7 +348,8 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[strin
 		s.confirmFailed(props, err.Error())
 		return &RefusedError{Msg: err.Error() + " (the workload was not started)"}
 	}
-	if _, err := s.w.Append(audit.BoundaryConfirmed{Ready: true, Properties: props, Checks: s.checks}); err != nil {
+	limits := sb.Limits()
+	if _, err := s.w.Append(audit.BoundaryConfirmed{Ready: true, Properties: props, Checks: s.checks, Limits: &limits}); err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
 	brk, err := broker.New(broker.Config{
@@ -538,4 +545,36 @@ func inGrant(pol *policy.Policy, p string) bool {
 		}
 	}
 	return false
+}
+
+// limitsVerdict decides on the memory and pids limits the backend could
+// not enforce: a refusal (msg) for a strict one (written in the policy,
+// or process.limits.required), else a warning for a default one.
+func limitsVerdict(want policy.Limits, got boundary.LimitsStatus) (msg, warn string) {
+	var strict, soft []string
+	if want.Memory > 0 && !got.Memory {
+		if want.StrictMemory() {
+			strict = append(strict, fmt.Sprintf("memory %s", want.Memory))
+		} else {
+			soft = append(soft, "memory")
+		}
+	}
+	if want.Pids > 0 && !got.Pids {
+		if want.StrictPids() {
+			strict = append(strict, fmt.Sprintf("pids %d", want.Pids))
+		} else {
+			soft = append(soft, "pids")
+		}
+	}
+	why := got.Detail
+	if why == "" {
+		why = "the backend does not enforce them"
+	}
+	if len(strict) > 0 {
+		return fmt.Sprintf("process.limits %s cannot be enforced here (%s); run where moat can enforce it (as root on cgroup v1), or remove the limit from the policy", strings.Join(strict, ", "), why), ""
+	}
+	if len(soft) > 0 {
+		return "", fmt.Sprintf("the default %s limit is not enforced here (%s); set process.limits.required: true to refuse such runs", strings.Join(soft, " and "), why)
+	}
+	return "", ""
 }

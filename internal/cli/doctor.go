@@ -99,7 +99,7 @@ func doctor(ctx context.Context) doctorReport {
 		cgErr = fmt.Errorf("memory and pids limits cannot be enforced: %s", cg.Reason)
 	}
 	add("cgroups", cgErr, fmt.Sprintf("cgroup v%d, memory and pids limits enforceable", cg.Version),
-		"run as root, or delegate a cgroup v2 subtree with the memory and pids controllers to this user; otherwise runs record these limits as not enforced")
+		"run moat as root on a cgroup v1 host (moat manages no cgroup v2 and no delegation yet); elsewhere a limit written in the policy is refused, and the default limits are reported as not enforced")
 	if p, v, err := hostinfo.Runsc(); err == nil {
 		add("runsc", nil, fmt.Sprintf("%s (%s; minimum %s)", p, v, hostinfo.RunscMinimumDate), "")
 	} else {

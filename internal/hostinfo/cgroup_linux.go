@@ -62,12 +62,15 @@ func Cgroups() CgroupInfo {
 			}
 		}
 		info.Reason = strings.Join(why, "; ")
-		switch {
-		case info.Version == 1 && os.Geteuid() != 0:
-			info.Reason += "; cgroup v1 is not delegated to unprivileged users: run moat as root, or use a cgroup v2 host and start moat in a delegated cgroup (systemd-run --user --scope -p Delegate=yes moat …)"
-		case info.Version == 2:
-			info.Reason += "; start moat in a cgroup delegated to this user with memory and pids enabled (systemd-run --user --scope -p Delegate=yes moat …)"
+		if info.Version == 1 && os.Geteuid() != 0 {
+			info.Reason += "; moat enforces memory and pids limits as root on cgroup v1 only: run moat as root"
 		}
+	}
+	// What moat implements: cgroup v1, as root. (cgroup v2, and delegation
+	// to unprivileged users, are not managed yet: never advise them.)
+	if info.Delegated && info.Version == 2 {
+		info.Delegated = false
+		info.Reason = "this host uses cgroup v2, which moat does not manage yet: memory and pids limits are not enforced here"
 	}
 	return info
 }
