@@ -44,6 +44,7 @@ var wantOutput = map[string][]string{
 	"moat sandbox exec":    {"json", "yaml"},
 	"moat sandbox get":     {"json", "yaml"},
 	"moat sandbox list":    {"json", "yaml"},
+	"moat version":         {"json", "yaml"},
 	"moat demo":            nil, // a narrative for people; its evidence is the bundle
 	"moat policy schema":   nil, // JSON Schema itself
 	"moat sandbox delete":  nil, // prints nothing on success
