@@ -5,10 +5,14 @@ package moat_test
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // TestDiskLimitStated: run info and --explain always say whether the
@@ -101,5 +105,49 @@ func TestRunLimitsStrictOrWarned(t *testing.T) {
 	r = e.moat("run", "--policy", e.policy(""), "--", "/bin/true")
 	if r.code != 0 || !strings.Contains(r.stderr, "warning: the default memory and pids limit is not enforced") {
 		t.Errorf("rootless, the default limits: got %s, want the run with a warning", r)
+	}
+}
+
+// TestRootRunOOMReported: a workload killed for going over its memory
+// limit exits 137, moat says it was out of memory, and the journal's
+// process.exited says oom_killed; the control, a small allocation under
+// the same limit, exits 0 with neither.
+func TestRootRunOOMReported(t *testing.T) {
+	testenv.NeedRoot(t)
+	sw, _ := os.ReadFile("/proc/swaps")
+	testenv.Need(t, strings.Count(string(sw), "\n") <= 1, "swap is on: a memory limit without memsw would swap rather than kill")
+	_, err := exec.LookPath("python3")
+	testenv.Need(t, err == nil, "python3 is not installed")
+	e := newEnv(t)
+	pol := filepath.Join(e.dir, "oom.yaml")
+	writeFile(t, pol, strings.Replace(readFile(t, e.policy("")), "process:\n", "process:\n  limits: {memory: 64Mi}\n", 1))
+	for _, tc := range []struct {
+		mib  int
+		code int
+		oom  bool
+	}{{8, 0, false}, {512, 137, true}} {
+		audit := filepath.Join(e.dir, fmt.Sprintf("audit-%d", tc.mib))
+		r := e.moat("run", "--policy", pol, "--audit-dir", audit, "--", "python3", "-c", fmt.Sprintf("b = bytearray(%d << 20); b[::4096] = b'x' * len(b[::4096])", tc.mib))
+		if r.code != tc.code || strings.Contains(r.stderr, "out of memory") != tc.oom {
+			t.Errorf("%d MiB under 64Mi: %s; want exit %d, oom message %v", tc.mib, r, tc.code, tc.oom)
+		}
+		runs, _ := filepath.Glob(filepath.Join(audit, "*", "journal.jsonl"))
+		if len(runs) != 1 {
+			t.Fatalf("journals: %v", runs)
+		}
+		found := false
+		for _, line := range strings.Split(strings.TrimSpace(readFile(t, runs[0])), "\n") {
+			var env struct {
+				Payload string `json:"payload"`
+			}
+			json.Unmarshal([]byte(line), &env)
+			b, _ := base64.StdEncoding.DecodeString(env.Payload)
+			if strings.Contains(string(b), `"type":"process.exited"`) && strings.Contains(string(b), `"oom_killed":true`) {
+				found = true
+			}
+		}
+		if found != tc.oom {
+			t.Errorf("%d MiB: process.exited oom_killed %v, want %v", tc.mib, found, tc.oom)
+		}
 	}
 }

@@ -207,6 +207,9 @@ type ProcessStarted struct {
 type ProcessExited struct {
 	ProcessID string `json:"process_id"`
 	ExitCode  int    `json:"exit_code"`
+	// OOMKilled: the process was killed by the kernel for using more
+	// memory than the sandbox's limit (counted by the memory cgroup).
+	OOMKilled bool `json:"oom_killed,omitempty"`
 }
 
 // RunTerminated is the terminal record.

@@ -179,6 +179,13 @@ type LimitsStatus struct {
 	Detail     string `json:"detail,omitempty"`
 }
 
+// OOMCounter is implemented by a sandbox that can count the kernel's
+// out-of-memory kills inside it (the native backend's memory cgroup); ok
+// is false when it cannot.
+type OOMCounter interface {
+	OOMKills() (n uint64, ok bool)
+}
+
 // DiskUnlimited is the DiskDetail of every backend today: a quota would
 // need a workspace on a size-capped file system that moat mounts, which
 // none does.

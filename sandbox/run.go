@@ -242,8 +242,12 @@ loop:
 	if werr != nil {
 		return ExitRefused, "failed", fmt.Errorf("waiting for workload: %w", werr)
 	}
-	if err := s.Exited(id, code); err != nil {
+	oom, err := s.Exited(id, code)
+	if err != nil {
 		return ExitRefused, "failed", fmt.Errorf("journal: %w", err)
+	}
+	if oom && o.Stderr != nil {
+		fmt.Fprintf(o.Stderr, "moat: the workload was killed: out of memory (process.limits.memory %s)\n", s.pol.Process.Limits.Memory)
 	}
 	if fatal.Msg == "" {
 		select {

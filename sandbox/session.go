@@ -102,7 +102,10 @@ type Session struct {
 
 	mu      sync.Mutex
 	running map[string]boundary.Running // process id → process
-	closed  bool
+	// oomAtStart is the memory cgroup's OOM kill count when each process
+	// started (where the backend counts them).
+	oomAtStart map[string]uint64
+	closed     bool
 }
 
 // Journal returns the session's journal writer.
@@ -183,7 +186,7 @@ func Open(ctx context.Context, o SessionOptions) (*Session, error) {
 	}
 	fmt.Fprintf(stderr, "moat: run %s: journal %s (key fingerprint %s; pin it: moat audit verify %s --key-fingerprint %s)\n", runID, w.JournalPath(), w.KeyID(), runDir, w.KeyID())
 	s := &Session{RunID: runID, Backend: be.Name(), pol: pol, w: w, fatal: make(chan Fatal, 1),
-		running: map[string]boundary.Running{}}
+		running: map[string]boundary.Running{}, oomAtStart: map[string]uint64{}}
 	if validTerm(o.Term) {
 		s.term = o.Term
 	}
@@ -436,8 +439,18 @@ func (s *Session) Start(ctx context.Context, argv []string, stdin io.Reader, std
 	}
 	s.mu.Lock()
 	s.running[id] = proc
+	if n, ok := s.oomKills(); ok {
+		s.oomAtStart[id] = n
+	}
 	s.mu.Unlock()
 	return id, proc, nil
+}
+
+func (s *Session) oomKills() (uint64, bool) {
+	if c, ok := s.sb.(boundary.OOMCounter); ok {
+		return c.OOMKills()
+	}
+	return 0, false
 }
 
 // resolveExecutable names the binary that argv0 denotes inside the
@@ -477,12 +490,21 @@ func (s *Session) resolveExecutable(argv0 string) (string, string) {
 }
 
 // Exited journals process.exited for a process started with Start.
-func (s *Session) Exited(id string, code int) error {
+//
+// oom is true when the kernel killed it for using more memory than the
+// sandbox's limit: it died of SIGKILL while the memory cgroup counted an
+// out-of-memory kill.
+func (s *Session) Exited(id string, code int) (oom bool, err error) {
 	s.mu.Lock()
 	delete(s.running, id)
+	before, counted := s.oomAtStart[id]
+	delete(s.oomAtStart, id)
 	s.mu.Unlock()
-	_, err := s.w.Append(audit.ProcessExited{ProcessID: id, ExitCode: code})
-	return err
+	if n, ok := s.oomKills(); ok && counted && code == 128+int(syscall.SIGKILL) && n > before {
+		oom = true
+	}
+	_, err = s.w.Append(audit.ProcessExited{ProcessID: id, ExitCode: code, OOMKilled: oom})
+	return oom, err
 }
 
 // Processes lists the running processes' ids and host pids.

@@ -238,7 +238,7 @@ func (sv *supervisor) handle(ctx context.Context, c *net.UnixConn) {
 			proc.Signal(syscall.SIGKILL)
 			<-done
 		}
-		sv.sess.Exited(id, code)
+		sv.sess.Exited(id, code) // journals oom_killed when it was
 		reply(c, execReply{Exited: true, Code: code})
 	default:
 		reply(c, execReply{Error: fmt.Sprintf("unknown control op %q", req.Op)})

@@ -159,3 +159,27 @@ func (cg *cgroups) remove() error {
 	cg.dirs = nil
 	return errors.Join(errs...)
 }
+
+// oomKills reads the memory cgroup's count of OOM kills (memory.oom_control
+// "oom_kill N", cgroup v1).
+func (cg *cgroups) oomKills() (uint64, bool) {
+	if cg == nil {
+		return 0, false
+	}
+	for _, d := range cg.dirs {
+		if !strings.Contains(d, "/memory/") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(d, "memory.oom_control"))
+		if err != nil {
+			return 0, false
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+				n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+				return n, err == nil
+			}
+		}
+	}
+	return 0, false
+}

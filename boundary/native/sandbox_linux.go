@@ -420,6 +420,10 @@ func (sb *sandbox) Limits() boundary.LimitsStatus {
 	return l
 }
 
+// OOMKills counts the kernel's out-of-memory kills in the sandbox's
+// memory cgroup (boundary.OOMCounter); ok is false without one.
+func (sb *sandbox) OOMKills() (uint64, bool) { return sb.cg.oomKills() }
+
 // diskStatus says whether the workload's disk use is limited: only when
 // everything it can write is size-capped (volumes and /tmp), that is, when
 // it has no read_write grant.
