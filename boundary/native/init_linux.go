@@ -408,9 +408,10 @@ func exitCode(ws unix.WaitStatus) int {
 // userCaps are the kernel object counters capped in the sandbox's user
 // namespace before anything of the workload runs. The kernel charges
 // these objects to the namespace's owner up the chain of user namespaces
-// (host uid 0 for a root-launched sandbox, the caller rootless), so
-// without a cap one sandbox could take the whole per-uid budget (the
-// attack used up host root's 128 inotify instances). A cap set here holds
+// (a fresh uid of its own for a root-launched sandbox, see startOwned; the
+// caller rootless), so without a cap one sandbox could take the whole
+// per-uid budget (the attack used up host root's 128 inotify instances
+// when root owned the namespace). A cap set here holds
 // for every process of the sandbox together, since each stage's user
 // namespace is a child of this one. The values are a small share of the
 // kernel defaults (inotify: 128 instances, 8192+ watches per uid).

@@ -2,6 +2,8 @@ package native
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -224,7 +226,7 @@ func (sb *sandbox) startInit(ctx context.Context, cfg *initConfig, hostUID, host
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread ends with the sandbox
-		err := startOwned(cmd, hostUID, hostGID)
+		_, err := startOwned(cmd, hostGID)
 		started <- err
 		if err != nil {
 			return
@@ -286,43 +288,83 @@ func init() { boundary.Register(backend{}) }
 // dumpMu serializes the moments when the supervisor is dumpable.
 var dumpMu sync.Mutex
 
-// startOwned starts cmd, which makes a new user namespace, so that the
-// namespace is owned by hostUID, never by host root: the kernel charges a
-// namespace's object counters (inotify, fanotify, …) to its owner, and a
-// root-owned sandbox could use up root's. It must run on a locked OS
-// thread: as root, that thread alone takes hostUID/hostGID as effective
-// ids, with no supplementary groups, for the clone (raw syscalls: Go's
-// Setresuid would change every thread), and gets root back after.
+// startOwned starts cmd, which makes a new user namespace. As root the
+// namespace is owned by a fresh uid that no host process runs as (a
+// random one from ownerUIDBase on), never by root and never by host_uid:
+//
+//   - The kernel charges a namespace's object counters (inotify,
+//     fanotify, …) up the chain to the owner of the outermost namespace;
+//     owned by root, a sandbox drew on root's budget (found by attack).
+//   - Owned by host_uid, every host process running as host_uid (65534 by
+//     default: "nobody" daemons) held every capability inside the sandbox:
+//     it could setns into it, ptrace the init and use the broker (found by
+//     attack on the first fix).
+//
+// A fresh owner has its own budget and no process that could use it. The
+// clone runs on a locked OS thread that alone takes that uid as its
+// effective uid, without supplementary groups, with its capabilities
+// raised again (the permitted set stays root's), so that it can still
+// write the id maps (0 → host_uid); raw syscalls, since Go's Setresuid
+// would change every thread. It gets root back after.
 //
 // The supervisor is not dumpable, which makes /proc/<child>/uid_map
-// root's; the fork's writer of the id maps (this thread, as hostUID)
-// could not open it. So it is dumpable for the duration of the fork, and
-// only then.
-func startOwned(cmd *exec.Cmd, hostUID, hostGID int) (err error) {
+// root's; rootless, the fork's writer of the id maps could not open it.
+// So it is dumpable for the duration of the fork, and only then.
+func startOwned(cmd *exec.Cmd, hostGID int) (owner int, err error) {
 	dumpMu.Lock()
 	defer dumpMu.Unlock()
-	if os.Geteuid() == 0 {
+	owner = os.Geteuid()
+	if owner == 0 {
+		var r [4]byte
+		if _, err := rand.Read(r[:]); err != nil {
+			return 0, err
+		}
+		owner = ownerUIDBase + int(binary.LittleEndian.Uint32(r[:])%ownerUIDRange)
 		groups, err := unix.Getgroups()
 		if err != nil {
-			return err
+			return 0, err
 		}
-		if err := threadIDs(hostUID, hostGID, nil); err != nil {
+		if err := threadIDs(owner, hostGID, nil); err != nil {
 			threadIDs(0, 0, groups)
-			return fmt.Errorf("native: taking host uid %d for the fork: %w", hostUID, err)
+			return 0, fmt.Errorf("native: taking uid %d for the fork: %w", owner, err)
 		}
 		defer func() {
 			if rerr := threadIDs(0, 0, groups); rerr != nil && err == nil {
 				err = fmt.Errorf("BUG: native: restoring root on the supervisor thread: %w", rerr)
 			}
 		}()
+		if err := raiseCaps(); err != nil {
+			return 0, fmt.Errorf("native: capabilities for the fork: %w", err)
+		}
 	}
 	// After the id change, which resets dumpability; the change back
 	// resets it again.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0); err != nil {
-		return err
+		return 0, err
 	}
 	defer unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
-	return cmd.Start()
+	return owner, cmd.Start()
+}
+
+// The owners of root-launched sandboxes' user namespaces: a range of uids
+// above those of users, systemd's dynamic users and the usual container
+// subordinate ranges (which end below 0x70000000).
+const (
+	ownerUIDBase  = 0x7e000000
+	ownerUIDRange = 0x00ffffff
+)
+
+// raiseCaps makes the calling thread's effective capabilities its
+// permitted ones (a root thread whose effective uid was changed keeps
+// them permitted).
+func raiseCaps() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return err
+	}
+	data[0].Effective, data[1].Effective = data[0].Permitted, data[1].Permitted
+	return unix.Capset(&hdr, &data[0])
 }
 
 // threadIDs sets the calling thread's supplementary groups, effective gid

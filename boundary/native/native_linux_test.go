@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -638,13 +639,18 @@ func TestProcMasked(t *testing.T) {
 // nsGetOwnerUID is NS_GET_OWNER_UID, _IO(0xb7, 0x4).
 const nsGetOwnerUID = 0xb704
 
-// TestUserNSOwner: the sandbox's user namespace is owned by the
-// workload's host uid, never by host root (the kernel charges the
-// namespace's object counters to its owner); rootless, by the caller.
+// TestUserNSOwner: as root, the sandbox's user namespace is owned by a
+// fresh uid from moat's range, neither root (whose kernel object budget it
+// would draw on) nor host_uid (every host process running as host_uid
+// would hold every capability inside the sandbox); rootless, by the
+// caller. And a host process running as host_uid cannot enter it (it
+// could when the namespace was host_uid's: found by attack); root can
+// (the control: the target is real).
 func TestUserNSOwner(t *testing.T) {
 	f := newFixture(t)
 	sb := f.prepare(t)
-	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", sb.HostPID()))
+	path := fmt.Sprintf("/proc/%d/ns/user", sb.HostPID())
+	ns, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -653,19 +659,35 @@ func TestUserNSOwner(t *testing.T) {
 	if _, _, e := unix.Syscall(unix.SYS_IOCTL, ns.Fd(), nsGetOwnerUID, uintptr(unsafe.Pointer(&uid))); e != 0 {
 		t.Fatalf("NS_GET_OWNER_UID: %v", e)
 	}
-	want := uint32(os.Geteuid())
-	if want == 0 {
-		want = nobodyID
-	}
-	if uid != want {
-		t.Errorf("user namespace owner: got uid %d, want %d", uid, want)
-	}
-	// The supervisor's own thread is root again (as root), and the
-	// process has its groups back.
-	if os.Geteuid() == 0 {
-		if _, eu, _ := unix.Getresuid(); eu != 0 {
-			t.Errorf("after Prepare this thread's euid is %d", eu)
+	if os.Geteuid() != 0 {
+		if uid != uint32(os.Geteuid()) {
+			t.Errorf("rootless owner: got uid %d, want the caller %d", uid, os.Geteuid())
 		}
+		return
+	}
+	if uid < ownerUIDBase || uid >= ownerUIDBase+ownerUIDRange {
+		t.Errorf("owner uid %d is outside moat's range [%#x, %#x)", uid, ownerUIDBase, ownerUIDBase+ownerUIDRange)
+	}
+	if _, eu, _ := unix.Getresuid(); eu != 0 {
+		t.Errorf("after Prepare this thread's euid is %d", eu)
+	}
+	_, err = exec.LookPath("nsenter")
+	testenv.Need(t, err == nil, "nsenter (util-linux) is not installed")
+	enter := func(cred *syscall.Credential) error {
+		// nsenter: setns of a user namespace needs a single-threaded caller.
+		cmd := exec.Command("nsenter", "--preserve-credentials", "-U", "-t", strconv.Itoa(sb.HostPID()), "--", "/bin/true")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	}
+	if err := enter(nil); err != nil {
+		t.Fatalf("control: root enters the sandbox's user namespace: %v", err)
+	}
+	if err := enter(&syscall.Credential{Uid: nobodyID, Gid: nobodyID}); err == nil {
+		t.Error("a host process running as host_uid entered the sandbox's user namespace")
 	}
 }
 
