@@ -259,10 +259,11 @@ func (sb *sandbox) startInit(ctx context.Context, cfg *initConfig, hostUID, host
 	// Volumes are mounted here, as root, and handed to the init, which
 	// attaches them in the new root (it reads them after its config).
 	for _, v := range sb.policy.Filesystem.Volumes {
-		m, err := volumeMount(v, hostUID, hostGID)
+		m, img, err := volumeMount(v, hostUID, hostGID)
 		if err != nil {
 			return fmt.Errorf("moat: refused: %w", err)
 		}
+		sb.volumes = append(sb.volumes, img) // its lock lasts as long as the sandbox
 		err = sb.ctl.send(ctlMsg{Op: "volume", Dir: v.Path}, m)
 		unix.Close(m)
 		if err != nil {

@@ -34,6 +34,8 @@ type sandbox struct {
 	cg     *cgroups
 	limits boundary.LimitsStatus
 	reaper *reaper.Reaper
+	// volumes are the open, locked images of the policy's volumes.
+	volumes []*os.File
 
 	listener *os.File
 	port     int
@@ -462,6 +464,11 @@ func (sb *sandbox) Terminate() error {
 		sb.mu.Unlock()
 		if sb.cg != nil {
 			sb.termErr = sb.cg.remove()
+		}
+		// The init is reaped: its mounts of the volumes are gone. Their
+		// locks go with these files.
+		for _, f := range sb.volumes {
+			f.Close()
 		}
 	})
 	return sb.termErr
