@@ -69,6 +69,7 @@ var recordTypes = map[string]func([]byte) (Record, error){
 	TypeInferenceFailed:    decodeAs[InferenceFailed],
 	TypeProcessStarted:     decodeAs[ProcessStarted],
 	TypeProcessExited:      decodeAs[ProcessExited],
+	TypeProcessFailed:      decodeAs[ProcessFailed],
 	TypeRunTerminated:      decodeAs[RunTerminated],
 }
 
@@ -85,7 +86,7 @@ func decodeAs[T Record](b []byte) (Record, error) {
 func knownRecord(r Record) bool {
 	switch r.(type) {
 	case RunStarted, BoundaryConfirmed, InferenceRequested, InferenceCompleted,
-		InferenceRefused, InferenceFailed, ProcessStarted, ProcessExited, RunTerminated:
+		InferenceRefused, InferenceFailed, ProcessStarted, ProcessExited, ProcessFailed, RunTerminated:
 		return true
 	}
 	return false

@@ -22,6 +22,7 @@ const (
 	TypeInferenceFailed    = "inference.failed"
 	TypeProcessStarted     = "process.started"
 	TypeProcessExited      = "process.exited"
+	TypeProcessFailed      = "process.failed"
 	TypeRunTerminated      = "run.terminated"
 )
 
@@ -203,6 +204,15 @@ type ProcessStarted struct {
 	SHA256     string   `json:"sha256,omitempty"`
 }
 
+// ProcessFailed records a process that could not be started: not found
+// (127), not executable (126), or moat could not confine it (125; it never
+// ran unconfined).
+type ProcessFailed struct {
+	Argv     []string `json:"argv"`
+	ExitCode int      `json:"exit_code"`
+	Reason   string   `json:"reason"`
+}
+
 // ProcessExited records a process's end.
 type ProcessExited struct {
 	ProcessID string `json:"process_id"`
@@ -236,4 +246,5 @@ func (InferenceRefused) RecordType() string   { return TypeInferenceRefused }
 func (InferenceFailed) RecordType() string    { return TypeInferenceFailed }
 func (ProcessStarted) RecordType() string     { return TypeProcessStarted }
 func (ProcessExited) RecordType() string      { return TypeProcessExited }
+func (ProcessFailed) RecordType() string      { return TypeProcessFailed }
 func (RunTerminated) RecordType() string      { return TypeRunTerminated }

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"unicode/utf8"
 
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/boundary"
@@ -427,7 +428,13 @@ func (s *Session) Start(ctx context.Context, argv []string, stdin io.Reader, std
 		Stdin: stdin, Stdout: stdout, Stderr: stderr, TTY: tty,
 	})
 	if err != nil {
-		return "", nil, fmt.Errorf("starting %q: %w", argv[0], err)
+		err = fmt.Errorf("starting %q: %w", argv[0], err)
+		// Journaled like any refusal after the journal opens: moat run
+		// and sandbox exec alike.
+		if _, jerr := s.w.Append(audit.ProcessFailed{Argv: argv, ExitCode: startCode(err), Reason: truncateReason(err.Error())}); jerr != nil {
+			return "", nil, fmt.Errorf("%w; journal: %v", err, jerr)
+		}
+		return "", nil, err
 	}
 	id := "p" + strconv.FormatInt(s.nproc.Add(1), 10)
 	rec := audit.ProcessStarted{ProcessID: id, Argv: argv, HostPID: proc.HostPID()}
@@ -599,4 +606,18 @@ func limitsVerdict(want policy.Limits, got boundary.LimitsStatus) (msg, warn str
 		return "", fmt.Sprintf("the default %s limit is not enforced here (%s); set process.limits.required: true to refuse such runs", strings.Join(soft, " and "), why)
 	}
 	return "", ""
+}
+
+// maxReasonBytes bounds a journaled failure text.
+const maxReasonBytes = 1024
+
+func truncateReason(s string) string {
+	if len(s) <= maxReasonBytes {
+		return s
+	}
+	s = s[:maxReasonBytes]
+	for !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s + "…"
 }

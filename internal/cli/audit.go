@@ -336,7 +336,16 @@ func describe(r audit.Record) string {
 		}
 		return fmt.Sprintf("id=%s pid=%d argv=[%s]", r.ProcessID, r.HostPID, argv)
 	case audit.ProcessExited:
+		if r.OOMKilled {
+			return fmt.Sprintf("id=%s exit=%d oom_killed", r.ProcessID, r.ExitCode)
+		}
 		return fmt.Sprintf("id=%s exit=%d", r.ProcessID, r.ExitCode)
+	case audit.ProcessFailed:
+		argv := strings.Join(quoteAll(r.Argv), " ")
+		if len(argv) > maxShownArgv {
+			argv = argv[:maxShownArgv] + "…"
+		}
+		return fmt.Sprintf("exit=%d argv=[%s] reason=%s", r.ExitCode, argv, strconv.Quote(r.Reason))
 	case audit.RunTerminated:
 		c := r.Counts
 		return fmt.Sprintf("reason=%s exit=%d requested=%d completed=%d refused=%d failed=%d processes=%d",
