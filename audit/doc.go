@@ -102,6 +102,10 @@
 // and its counts equal the numbers of inference.requested,
 // inference.completed, inference.refused, inference.failed and
 // process.started records before it. The writer fills in those counts.
+// process.exited says oom_killed when the kernel killed the process for
+// going over the sandbox's memory limit; process.failed records a command
+// that could not be started (argv, the exit code moat gave: 127 not found,
+// 126 not executable, 125 not confinable; and the reason).
 //
 // # The pre-effect record
 //
