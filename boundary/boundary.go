@@ -13,7 +13,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/moat-sandbox/moat/internal/reaper"
@@ -251,7 +253,7 @@ type UnknownBackendError struct {
 }
 
 func (e *UnknownBackendError) Error() string {
-	return fmt.Sprintf("unknown backend %q (known: %v)", e.Name, e.Known)
+	return fmt.Sprintf("unknown backend %q (known: %s)", e.Name, strings.Join(e.Known, ", "))
 }
 
 // Lookup resolves a backend by name. It never falls back to another backend.
@@ -271,13 +273,23 @@ func Names() []string {
 	return namesLocked()
 }
 
+// namesLocked lists the registered backends in the policy's order
+// (policy.Backends: the default first), then any others sorted, so that
+// the list reads the same wherever moat prints it.
 func namesLocked() []string {
-	var n []string
-	for k := range registry {
-		n = append(n, k)
+	var n, rest []string
+	for _, b := range policy.Backends {
+		if _, ok := registry[b]; ok {
+			n = append(n, b)
+		}
 	}
-	sort.Strings(n)
-	return n
+	for k := range registry {
+		if !slices.Contains(policy.Backends, k) {
+			rest = append(rest, k)
+		}
+	}
+	sort.Strings(rest)
+	return append(n, rest...)
 }
 
 // Spec is what a backend needs to prepare a sandbox. The policy has been
