@@ -130,13 +130,13 @@ audit:
 	return p
 }
 
-// ttyBackends: native, and as root gVisor. On gVisor the workload's stdio
-// is the pty's slave too, but runsc imports it as a plain host file (the
-// OCI process is not a terminal one), so inside it is no terminal, and a
-// signal moat forwards reaches runsc exec, whose own death by it is the
-// exit code: those two checks are native-only. The caller's terminal
-// staying as it was is checked on both (runsc sets O_NONBLOCK on the
-// descriptions it imports).
+// ttyBackends: native, and as root gVisor. On gVisor the workload's
+// terminal is the pty too (a terminal OCI process, whose console is
+// runsc exec's controlling terminal, the pty), with the caller's size. A
+// signal moat forwards reaches runsc exec, though, whose own death by it is
+// the exit code: that check is native-only. The caller's terminal staying
+// as it was is checked on both (runsc sets O_NONBLOCK on the descriptions
+// it imports).
 func ttyBackends(t *testing.T) []string {
 	b := []string{"native"}
 	if os.Geteuid() == 0 {
@@ -162,30 +162,22 @@ func TestRunTerminalIsRelayed(t *testing.T) {
 			p.start(t, cmd)
 			defer cmd.Process.Kill()
 			var out bytes.Buffer
-			if backend == "gvisor" {
-				// Typed ahead: inside gVisor stdin is a plain host file
-				// (see ttyBackends), and a read that finds nothing there
-				// yet ends the line empty.
-				p.emu.Write([]byte("hello\r"))
-			}
 			p.readUntil(t, &out, "size ", 60*time.Second)
 			p.readUntil(t, &out, "\n", 5*time.Second)
 			// moat's terminal is raw while it relays.
 			if st := p.state(t); st.termios.Lflag&(unix.ICANON|unix.ECHO|unix.ISIG) != 0 {
 				t.Errorf("the caller's terminal is not raw while relaying: lflag %#x", st.termios.Lflag)
 			}
-			if backend == "native" {
-				p.emu.Write([]byte("hello\r"))
-			}
+			p.emu.Write([]byte("hello\r"))
 			p.readUntil(t, &out, "messed up", 30*time.Second)
 			if err := cmd.Wait(); err != nil {
 				t.Fatalf("moat: %v; terminal:\n%s", err, out.String())
 			}
 			s := out.String()
-			if backend == "native" && !strings.Contains(s, "isatty yes") {
+			if !strings.Contains(s, "isatty yes") {
 				t.Errorf("the workload's stdin is not a terminal:\n%s", s)
 			}
-			if backend == "native" && !strings.Contains(s, "size 31 97") {
+			if !strings.Contains(s, "size 31 97") {
 				t.Errorf("the workload's terminal does not have the caller's size 97x31:\n%s", s)
 			}
 			if !strings.Contains(s, "got hello") {

@@ -229,6 +229,11 @@ func initMain([]string) int {
 			}
 			cmd := runsc("exec", "--process", pf, cfg.ID)
 			cmd.Stdin, cmd.Stdout, cmd.Stderr = files[0], files[1], files[2]
+			if m.Process.Terminal {
+				// runsc exec makes its controlling terminal (the pty
+				// moat relays) the process's console.
+				cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+			}
 			if err := cmd.Start(); err != nil {
 				send(msg{Op: "error", ID: m.ID, Error: err.Error()})
 				closeAll(files)
