@@ -132,11 +132,11 @@ audit:
 
 // ttyBackends: native, and as root gVisor. On gVisor the workload's
 // terminal is the pty too (a terminal OCI process, whose console is
-// runsc exec's controlling terminal, the pty), with the caller's size. A
-// signal moat forwards reaches runsc exec, though, whose own death by it is
-// the exit code: that check is native-only. The caller's terminal staying
-// as it was is checked on both (runsc sets O_NONBLOCK on the descriptions
-// it imports).
+// runsc exec's controlling terminal, the pty), with the caller's size, and
+// a signal moat forwards goes to the process inside (runsc kill --pid),
+// so the exit code is the workload's there too. The caller's terminal
+// staying as it was is checked on both (runsc sets O_NONBLOCK on the
+// descriptions it imports).
 func ttyBackends(t *testing.T) []string {
 	b := []string{"native"}
 	if os.Geteuid() == 0 {
@@ -258,7 +258,7 @@ func TestRunTerminalRestoredOnEveryExit(t *testing.T) {
 				case <-time.After(30 * time.Second):
 					t.Fatalf("moat did not exit; terminal:\n%q", out.String())
 				}
-				if got := cmd.ProcessState.ExitCode(); backend == "native" && got != tc.code {
+				if got := cmd.ProcessState.ExitCode(); got != tc.code {
 					t.Errorf("exit %d, want %d; terminal:\n%q", got, tc.code, out.String())
 				}
 				if after := p.state(t); after != before {

@@ -227,7 +227,8 @@ func initMain([]string) int {
 				closeAll(files)
 				continue
 			}
-			cmd := runsc("exec", "--process", pf, cfg.ID)
+			ipid := filepath.Join(filepath.Dir(cfg.Bundle), fmt.Sprintf("process-%d.ipid", m.ID))
+			cmd := runsc("exec", "--process", pf, "--internal-pid-file", ipid, cfg.ID)
 			cmd.Stdin, cmd.Stdout, cmd.Stderr = files[0], files[1], files[2]
 			if m.Process.Terminal {
 				// runsc exec makes its controlling terminal (the pty
@@ -260,9 +261,22 @@ func initMain([]string) int {
 			pmu.Lock()
 			cmd := procs[m.ID]
 			pmu.Unlock()
-			if cmd != nil {
-				cmd.Process.Signal(syscall.Signal(m.Signal))
+			if cmd == nil {
+				continue
 			}
+			// To the process inside the sentry (runsc exec itself would
+			// die of it, not pass it on); runsc exec only while the
+			// inner pid is not known yet.
+			ipid := filepath.Join(filepath.Dir(cfg.Bundle), fmt.Sprintf("process-%d.ipid", m.ID))
+			if b, err := os.ReadFile(ipid); err == nil {
+				if pid, err := strconv.Atoi(string(trimSpace(b))); err == nil && pid > 0 {
+					k := runsc("kill", "--pid", strconv.Itoa(pid), cfg.ID, strconv.Itoa(m.Signal))
+					if k.Run() == nil {
+						continue
+					}
+				}
+			}
+			cmd.Process.Signal(syscall.Signal(m.Signal))
 		case "terminate":
 			terminate()
 			send(msg{Op: "terminated"})
