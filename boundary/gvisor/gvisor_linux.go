@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/internal/grants"
 	"github.com/moat-sandbox/moat/internal/hostinfo"
 	"github.com/moat-sandbox/moat/internal/reaper"
 	"github.com/moat-sandbox/moat/policy"
@@ -92,6 +93,7 @@ func (backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.Sandbo
 	if err := plan.AddRuntime(); err != nil {
 		return nil, fmt.Errorf("moat: refused: %w", err)
 	}
+	grants.AfterPlan()
 	grantsDir := filepath.Join(dir, "grants")
 	if err := os.MkdirAll(grantsDir, 0o700); err != nil {
 		return nil, err

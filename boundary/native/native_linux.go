@@ -20,6 +20,7 @@ import (
 
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/boundary/native/seccomp"
+	"github.com/moat-sandbox/moat/internal/grants"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -77,6 +78,7 @@ func (backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.Sandbo
 	if err != nil {
 		return nil, err
 	}
+	grants.AfterPlan()
 	if _, err := seccomp.Build(seccomp.Options{AllowUnixSockets: abi >= 9}); err != nil {
 		return nil, fmt.Errorf("moat: refused: the seccomp filter cannot be built here: %w", err)
 	}
