@@ -80,17 +80,21 @@ func TestRootConformanceGVisor(t *testing.T) {
 }
 
 // lyingBin is moat built with the test-only lying backend.
-func lyingBin(t *testing.T) string {
-	if p := os.Getenv("MOAT_LYING_BIN"); p != "" {
+func lyingBin(t *testing.T) string { return taggedBin(t, "MOAT_LYING_BIN", "moat_lying_backend") }
+
+// taggedBin is moat built with a test-only build tag: the binary named by
+// $env (scripts/test builds it), else built here.
+func taggedBin(t *testing.T, env, tag string) string {
+	if p := os.Getenv(env); p != "" {
 		return p
 	}
 	dir := t.TempDir()
 	os.Chmod(dir, 0o755)
-	out := filepath.Join(dir, "moat-lying")
-	cmd := exec.Command("go", "build", "-tags", "moat_lying_backend", "-o", out, "./cmd/moat")
+	out := filepath.Join(dir, "moat-"+tag)
+	cmd := exec.Command("go", "build", "-tags", tag, "-o", out, "./cmd/moat")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building the lying moat (set MOAT_LYING_BIN): %v\n%s", err, b)
+		t.Fatalf("building moat with -tags %s (set %s): %v\n%s", tag, env, err, b)
 	}
 	return out
 }

@@ -14,20 +14,7 @@ import (
 
 // hooksBin is moat built with the moat_test_hooks tag ($MOAT_HOOKS_BIN,
 // which scripts/test builds; else built here).
-func hooksBin(t *testing.T) string {
-	if p := os.Getenv("MOAT_HOOKS_BIN"); p != "" {
-		return p
-	}
-	dir := t.TempDir()
-	os.Chmod(dir, 0o755)
-	out := filepath.Join(dir, "moat-hooks")
-	cmd := exec.Command("go", "build", "-tags", "moat_test_hooks", "-o", out, "./cmd/moat")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building moat with test hooks (set MOAT_HOOKS_BIN): %v\n%s", err, b)
-	}
-	return out
-}
+func hooksBin(t *testing.T) string { return taggedBin(t, "MOAT_HOOKS_BIN", "moat_test_hooks") }
 
 // TestGrantSwapBetweenPlanAndMount is the check-then-mount race of issue
 // 11, driven deterministically: moat stops after planning the grants;

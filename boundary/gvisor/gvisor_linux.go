@@ -599,14 +599,8 @@ func hostIDs(pol *policy.Policy) (int, int, error) {
 	if uid <= 0 || gid <= 0 {
 		return 0, 0, fmt.Errorf("BUG: host ids %d:%d", uid, gid)
 	}
-	for _, p := range pol.Filesystem.ReadWrite {
-		var st unix.Stat_t
-		if err := unix.Stat(p, &st); err != nil {
-			return 0, 0, fmt.Errorf("moat: refused: read_write grant %s: %w", p, err)
-		}
-		if int(st.Uid) != uid {
-			return 0, 0, fmt.Errorf("moat: refused: read_write grant %s is owned by uid %d, but the workload runs as host uid %d (process.host_uid, else the first read_write grant's owner, else 65534) and moat never lets it write as another uid, root least of all; chown -R %d:%d %s, or set process.host_uid to its owner if that is not root", p, st.Uid, uid, uid, gid, p)
-		}
+	if err := pol.CheckWriteOwners(uid, gid, "process.host_uid, else the first read_write grant's owner, else 65534"); err != nil {
+		return 0, 0, fmt.Errorf("moat: refused: %w", err)
 	}
 	return uid, gid, nil
 }
