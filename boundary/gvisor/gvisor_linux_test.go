@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/internal/reexec"
@@ -189,6 +190,49 @@ func TestRootGVisorNoSetID(t *testing.T) {
 	for _, f := range []string{"f", "g", "h"} {
 		if st, err := os.Stat(filepath.Join(ws, f)); err == nil && st.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
 			t.Errorf("host sees %s with mode %v", f, st.Mode())
+		}
+	}
+}
+
+// TestRootGVisorExecLeavesNothing: on gVisor too, a process is reported
+// exited only when what it started is gone: a background child (its
+// process group) and a setsid'd orphan. The control: while the first
+// process still runs, a second one sees its background child.
+func TestRootGVisorExecLeavesNothing(t *testing.T) {
+	needRunsc(t)
+	pol, _ := testPolicy(t)
+	be, _ := boundary.Lookup("gvisor")
+	sb, err := be.Prepare(context.Background(), boundary.Spec{RunID: "linger", Policy: pol, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Terminate()
+	run := func(script string) (boundary.Running, *bytes.Buffer) {
+		var out bytes.Buffer
+		p, err := sb.Start(context.Background(), boundary.Process{Argv: []string{"/bin/sh", "-c", script}, Env: []string{"PATH=/usr/bin:/bin"}, Stdout: &out, Stderr: &out})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p, &out
+	}
+	const list = `for f in /proc/[0-9]*/cmdline; do tr '\0' ' ' < $f; echo; done`
+	// Control: a live process's background child is seen.
+	a, _ := run("sleep 7771 & sleep 3")
+	time.Sleep(500 * time.Millisecond)
+	b, out := run(list)
+	b.Wait()
+	if !strings.Contains(out.String(), "sleep 7771") {
+		t.Fatalf("control: the live process's child is not seen:\n%s", out)
+	}
+	a.Wait()
+	// The process that leaves a child and a setsid'd orphan behind.
+	c, _ := run("sleep 7772 & setsid sh -c 'sleep 7773 &'; sleep 0.2")
+	c.Wait()
+	d, out := run(list)
+	d.Wait()
+	for _, s := range []string{"sleep 7771", "sleep 7772", "sleep 7773"} {
+		if strings.Contains(out.String(), s) {
+			t.Errorf("%s still runs after its process exited:\n%s", s, out)
 		}
 	}
 }

@@ -9,8 +9,10 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -36,8 +38,23 @@ func stageRegister() { reexec.Register(stageEntry, stageMain) }
 func pauseMain([]string) int {
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
-	<-ch
-	return 0
+	// As the container's init it is the parent of every orphan: it reaps
+	// them, so that a killed leftover does not stay a zombie.
+	chld := make(chan os.Signal, 16)
+	signal.Notify(chld, syscall.SIGCHLD)
+	for {
+		select {
+		case <-ch:
+			return 0
+		case <-chld:
+			for {
+				pid, err := syscall.Wait4(-1, nil, syscall.WNOHANG, nil)
+				if pid <= 0 || err != nil {
+					break
+				}
+			}
+		}
+	}
 }
 
 // initConfig is sent by the supervisor as the first control message.
@@ -227,8 +244,7 @@ func initMain([]string) int {
 				closeAll(files)
 				continue
 			}
-			ipid := filepath.Join(filepath.Dir(cfg.Bundle), fmt.Sprintf("process-%d.ipid", m.ID))
-			cmd := runsc("exec", "--process", pf, "--internal-pid-file", ipid, cfg.ID)
+			cmd := runsc("exec", "--process", pf, "--internal-pid-file", ipidFile(cfg, m.ID), cfg.ID)
 			cmd.Stdin, cmd.Stdout, cmd.Stderr = files[0], files[1], files[2]
 			if m.Process.Terminal {
 				// runsc exec makes its controlling terminal (the pty
@@ -254,7 +270,16 @@ func initMain([]string) int {
 				}
 				pmu.Lock()
 				delete(procs, id)
+				live := map[int]bool{}
+				for other := range procs {
+					if pid := innerPID(cfg, other); pid > 0 {
+						live[pid] = true
+					}
+				}
 				pmu.Unlock()
+				// Reported exited only once what it started is gone.
+				killLeftovers(runsc, cfg.ID, innerPID(cfg, id), live)
+				os.Remove(ipidFile(cfg, id))
 				send(msg{Op: "exited", ID: id, Code: code})
 			}(m.ID, cmd, pf)
 		case "signal":
@@ -267,13 +292,9 @@ func initMain([]string) int {
 			// To the process inside the sentry (runsc exec itself would
 			// die of it, not pass it on); runsc exec only while the
 			// inner pid is not known yet.
-			ipid := filepath.Join(filepath.Dir(cfg.Bundle), fmt.Sprintf("process-%d.ipid", m.ID))
-			if b, err := os.ReadFile(ipid); err == nil {
-				if pid, err := strconv.Atoi(string(trimSpace(b))); err == nil && pid > 0 {
-					k := runsc("kill", "--pid", strconv.Itoa(pid), cfg.ID, strconv.Itoa(m.Signal))
-					if k.Run() == nil {
-						continue
-					}
+			if pid := innerPID(cfg, m.ID); pid > 0 {
+				if runsc("kill", "--pid", strconv.Itoa(pid), cfg.ID, strconv.Itoa(m.Signal)).Run() == nil {
+					continue
 				}
 			}
 			cmd.Process.Signal(syscall.Signal(m.Signal))
@@ -356,4 +377,66 @@ func stageGrants(cfg *initConfig) error {
 		}
 	}
 	return nil
+}
+
+// ipidFile is where runsc exec writes process id's pid inside the sentry.
+func ipidFile(cfg initConfig, id int) string {
+	return filepath.Join(filepath.Dir(cfg.Bundle), fmt.Sprintf("process-%d.ipid", id))
+}
+
+// innerPID is process id's pid inside the sentry, or 0 when not known.
+func innerPID(cfg initConfig, id int) int {
+	b, err := os.ReadFile(ipidFile(cfg, id))
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(string(trimSpace(b)))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	return pid
+}
+
+// leftoverRounds bounds killLeftovers (a process may fork between a look
+// and a kill).
+const leftoverRounds = 100
+
+// killLeftovers kills what a finished exec left running in the sentry:
+// every process of its process group (runsc exec makes the process a
+// group leader, pgid its pid), and every orphan (reparented to the
+// container's init, pid 1) that belongs to no live exec's group. gVisor
+// cannot tell which exec a setsid'd orphan came from: such a process is
+// killed when any exec of the sandbox ends.
+func killLeftovers(runsc func(...string) *exec.Cmd, id string, pgid int, live map[int]bool) {
+	for range leftoverRounds {
+		ps := runsc("ps", id)
+		ps.Stderr = nil
+		out, err := ps.Output()
+		if err != nil {
+			return
+		}
+		var victims []string
+		for _, line := range strings.Split(string(out), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) < 4 {
+				continue
+			}
+			pid, e1 := strconv.Atoi(f[1])
+			ppid, e2 := strconv.Atoi(f[2])
+			pg, e3 := strconv.Atoi(f[3])
+			if e1 != nil || e2 != nil || e3 != nil || pid == 1 || live[pid] || live[pg] {
+				continue
+			}
+			if (pgid > 0 && pg == pgid) || ppid == 1 {
+				victims = append(victims, f[1])
+			}
+		}
+		if len(victims) == 0 {
+			return
+		}
+		for _, v := range victims {
+			runsc("kill", "--pid", v, id, "9").Run()
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
