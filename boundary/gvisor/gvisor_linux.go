@@ -207,6 +207,7 @@ func (s *sandbox) startInit(exe string, cfg initConfig) error {
 		child.Close()
 		if err == nil {
 			s.initPID = cmd.Process.Pid
+			s.reaper.WaitFor(cmd.Process.Pid) // nothing removed before its PID namespace is empty
 		}
 		started <- err
 		if err != nil {

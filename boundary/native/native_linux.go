@@ -229,6 +229,9 @@ func (sb *sandbox) startInit(ctx context.Context, cfg *initConfig, hostUID, host
 		return fmt.Errorf("native: starting the sandbox init: %w", err)
 	}
 	sb.cmd = cmd
+	// The reaper removes nothing of this run before the sandbox's PID
+	// namespace is empty (its init gone).
+	sb.reaper.WaitFor(cmd.Process.Pid)
 	go func() { cmd.Wait(); close(sb.initDone) }()
 	sb.cg, sb.limits = newCgroups(sb.runID, sb.policy.Process.Limits, sb.reaper)
 	if sb.cg != nil {

@@ -10,6 +10,15 @@
 //
 //	own <tab> tree|dir|file <tab> <absolute path>
 //	done <tab> <absolute path>
+//	wait <tab> <pid>
+//
+// wait names a sandbox's init (the init of its PID namespace, moat's
+// child): the reaper opens a pidfd of it at once, and after moat is gone
+// it waits (bounded) for that init to exit before removing anything. The
+// kernel lets a PID namespace's init finish exiting only once every other
+// process of the namespace is gone, so nothing of the sandbox can still
+// make a file after that (a measurement helper did, right after a first
+// removal: found by the crash trials).
 //
 // End of file on the pipe means moat is gone (the kernel closes the write
 // end whatever the cause of death). The reaper then removes what is still
@@ -30,6 +39,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -96,6 +106,10 @@ func (rp *Reaper) Own(path string, tree bool) error {
 // dies before Done(path).
 func (rp *Reaper) OwnFile(path string) error { return rp.send("own\tfile\t" + path) }
 
+// WaitFor says that pid (a child of moat: a sandbox's PID-namespace init)
+// must be gone before anything is removed.
+func (rp *Reaper) WaitFor(pid int) error { return rp.send("wait\t" + strconv.Itoa(pid)) }
+
 // Done says that moat removed path itself.
 func (rp *Reaper) Done(path string) error { return rp.send("done\t" + path) }
 
@@ -134,18 +148,28 @@ type entry struct {
 	file bool
 }
 
+// waitTimeout bounds how long the reaper waits for a sandbox's init.
+const waitTimeout = 20 * time.Second
+
 // helperMain reads records until moat is gone, then removes what is owned.
 func helperMain([]string) int {
 	f := os.NewFile(3, "reaper")
-	owned, err := read(f)
+	var pidfds []int
+	owned, err := read(f, func(pid int) {
+		if fd, err := pidfdOpen(pid); err == nil {
+			pidfds = append(pidfds, fd)
+		}
+	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "moat: reaper: %v\n", err)
 	}
+	waitExited(pidfds, waitTimeout)
 	return remove(owned)
 }
 
-// read collects owned entries until end of file.
-func read(r io.Reader) ([]entry, error) {
+// read collects owned entries until end of file; wait records go to
+// onWait.
+func read(r io.Reader, onWait func(pid int)) ([]entry, error) {
 	var owned []entry
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, maxLine), maxLine)
@@ -156,6 +180,10 @@ func read(r io.Reader) ([]entry, error) {
 		case len(f) == 3 && f[0] == "own" && (f[1] == "tree" || f[1] == "dir" || f[1] == "file") && clean(f[2]):
 			if len(owned) < maxEntries {
 				owned = append(owned, entry{path: f[2], tree: f[1] == "tree", file: f[1] == "file"})
+			}
+		case len(f) == 2 && f[0] == "wait":
+			if pid, err := strconv.Atoi(f[1]); err == nil && pid > 1 && onWait != nil {
+				onWait(pid)
 			}
 		case len(f) == 2 && f[0] == "done":
 			for i, e := range owned {

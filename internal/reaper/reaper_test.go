@@ -10,8 +10,12 @@ import (
 // TestReadRecords: owned entries are kept until done; bad records are
 // ignored (and reported) without stopping the read.
 func TestReadRecords(t *testing.T) {
-	in := "own\ttree\t/tmp/a\nown\tdir\t/sys/fs/cgroup/pids/x\nbogus\nown\ttree\trelative\nown\ttree\t/\ndone\t/tmp/a\n"
-	owned, err := read(strings.NewReader(in))
+	in := "own\ttree\t/tmp/a\nwait\t4242\nown\tdir\t/sys/fs/cgroup/pids/x\nbogus\nown\ttree\trelative\nown\ttree\t/\nwait\t1\ndone\t/tmp/a\n"
+	var waited []int
+	owned, err := read(strings.NewReader(in), func(pid int) { waited = append(waited, pid) })
+	if len(waited) != 1 || waited[0] != 4242 {
+		t.Errorf("wait records: got %v, want [4242] (pid 1 is never waited for)", waited)
+	}
 	if err == nil {
 		t.Error("bad records: got no error")
 	}

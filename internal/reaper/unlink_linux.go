@@ -3,6 +3,7 @@ package reaper
 import (
 	"errors"
 	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,4 +35,29 @@ func unlinkFile(path string) error {
 		return errors.New("neither a socket nor a regular file: left alone")
 	}
 	return unix.Unlinkat(dir, name, 0)
+}
+
+func pidfdOpen(pid int) (int, error) { return unix.PidfdOpen(pid, 0) }
+
+// waitExited waits until every pidfd is readable (its process exited), for
+// at most d in all.
+func waitExited(fds []int, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for _, fd := range fds {
+		for {
+			left := time.Until(deadline)
+			if left <= 0 {
+				return
+			}
+			pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			n, err := unix.Poll(pfd, int(left.Milliseconds())+1)
+			if err == unix.EINTR {
+				continue
+			}
+			if n != 0 || err != nil {
+				break
+			}
+		}
+		unix.Close(fd)
+	}
 }
