@@ -150,6 +150,14 @@ func Score(c Case, o Observations) (Outcome, []string) {
 		}
 	}
 
+	// A case that never ran moat (its own precondition failed, e.g. a
+	// root-only case run unprivileged) says why and no more: every other
+	// missing piece follows from that one.
+	notRun := len(o.Missing) > 0 && !o.RunInfo && !o.ProviderEvents && o.Journal == JournalMissing && len(adverse) == 0
+	if notRun {
+		missing = append(slices.Clone(o.Missing), "moat was not run, so nothing else was observed")
+	}
+
 	// Useful-work controls.
 	for _, l := range c.Controls {
 		if !slices.Contains(o.ControlsSeen, l) {
@@ -163,6 +171,9 @@ func Score(c Case, o Observations) (Outcome, []string) {
 		short = append(short, fmt.Sprintf("%d verified provider requests, want at least %d", o.Verified, c.MinVerified))
 	}
 
+	if notRun {
+		short = nil
+	}
 	reasons := append(append(append([]string{}, adverse...), missing...), short...)
 	switch {
 	case len(adverse) > 0:

@@ -155,3 +155,22 @@ func TestEveryCaseHasProbeSteps(t *testing.T) {
 		}
 	}
 }
+
+// TestScoreNotRunSaysWhyOnly: a case whose own precondition kept moat
+// from running (a root-only case run unprivileged) is invalid with that
+// reason alone, not a list of everything that then went unobserved; a
+// case that ran keeps every reason (the control).
+func TestScoreNotRunSaysWhyOnly(t *testing.T) {
+	c := Cases[slices.IndexFunc(Cases, func(c Case) bool { return c.StorageFault })]
+	o := Observations{Journal: JournalMissing, ReceiverControls: map[string]bool{}, ReceiverHits: map[string]int{},
+		Missing: []string{"audit-storage-fault needs root"}}
+	out, reasons := Score(c, o)
+	if out != OutcomeInvalid || len(reasons) != 2 || reasons[0] != "audit-storage-fault needs root" {
+		t.Errorf("not run: %s %q", out, reasons)
+	}
+	o.RunInfo = true
+	out, reasons = Score(c, o)
+	if out != OutcomeInvalid || len(reasons) < 5 {
+		t.Errorf("control, a case that ran: %s %q, want every reason", out, reasons)
+	}
+}
