@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/moat-sandbox/moat/boundary/native/seccomp"
+	"github.com/moat-sandbox/moat/boundary/seccomp"
 )
 
 // stageEntry runs inside the sentry in front of every process that

@@ -19,7 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moat-sandbox/moat/boundary"
-	"github.com/moat-sandbox/moat/boundary/native/seccomp"
+	"github.com/moat-sandbox/moat/boundary/seccomp"
 	"github.com/moat-sandbox/moat/internal/grants"
 	"github.com/moat-sandbox/moat/policy"
 )

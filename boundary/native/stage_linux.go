@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/moat-sandbox/moat/boundary/native/seccomp"
+	"github.com/moat-sandbox/moat/boundary/seccomp"
 )
 
 // stageConfig tells a stage what to run and under which rules.

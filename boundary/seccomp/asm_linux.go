@@ -24,7 +24,7 @@ const next label = -1
 
 type jumpRef struct {
 	at     int
-	jt, jf label // for bpf.Jump only jt is used
+	jt, jf label
 }
 
 func (a *asm) newLabel() label {
@@ -45,12 +45,6 @@ func (a *asm) ret(v uint32) { a.emit(bpf.RetConstant{Val: v}) }
 func (a *asm) jumpIf(cond bpf.JumpTest, val uint32, jt, jf label) {
 	a.refs = append(a.refs, jumpRef{at: len(a.prog), jt: jt, jf: jf})
 	a.emit(bpf.JumpIf{Cond: cond, Val: val})
-}
-
-// jump jumps to l unconditionally (32-bit distance).
-func (a *asm) jump(l label) {
-	a.refs = append(a.refs, jumpRef{at: len(a.prog), jt: l})
-	a.emit(bpf.Jump{})
 }
 
 func (a *asm) skip(from int, l label) (uint32, error) {
@@ -87,13 +81,6 @@ func (a *asm) assemble() ([]unix.SockFilter, error) {
 				return nil, fmt.Errorf("BUG: seccomp: conditional jump at %d too long (%d, %d)", r.at, t, f)
 			}
 			ins.SkipTrue, ins.SkipFalse = uint8(t), uint8(f)
-			a.prog[r.at] = ins
-		case bpf.Jump:
-			t, err := a.skip(r.at, r.jt)
-			if err != nil {
-				return nil, err
-			}
-			ins.Skip = t
 			a.prog[r.at] = ins
 		default:
 			return nil, fmt.Errorf("BUG: seccomp: jump reference at %d is a %T", r.at, ins)

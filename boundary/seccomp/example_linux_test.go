@@ -5,7 +5,7 @@ package seccomp_test
 import (
 	"fmt"
 
-	"github.com/moat-sandbox/moat/boundary/native/seccomp"
+	"github.com/moat-sandbox/moat/boundary/seccomp"
 )
 
 // The policy is data: this is what `moat run --explain` can print for the
