@@ -3,12 +3,14 @@ package audit
 import (
 	"crypto/ed25519"
 	"testing"
+
+	"github.com/moat-sandbox/moat/confirmation"
 )
 
 func benchRecord() Record {
 	return InferenceRequested{RequestID: "req_0123456789", Provider: "anthropic", API: "anthropic-messages",
 		Endpoint: "/v1/messages", Model: "claude-sonnet-4-5", BodySHA256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
-		ReservedTokens: 8192, Attribution: Attribution{Status: "resolved", PID: 4242, Executable: "/usr/bin/python3"}}
+		ReservedTokens: 8192, Attribution: Attribution{Status: confirmation.AttributionResolved, PID: 4242, Executable: "/usr/bin/python3"}}
 }
 
 func benchWriter(b *testing.B) *Writer {

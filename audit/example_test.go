@@ -28,7 +28,7 @@ func Example() {
 	}
 	first, _ := w.Append(RunStarted{PolicySHA256: strings.Repeat("a", 64), Backend: "native",
 		BinarySHA256: strings.Repeat("b", 64), PublicKey: string(w.PublicKeyPEM())})
-	last, _ := w.Append(RunTerminated{Reason: "completed", ExitCode: 0})
+	last, _ := w.Append(RunTerminated{Reason: ReasonCompleted, ExitCode: 0})
 	w.Close()
 
 	payload := func(line []byte) string {

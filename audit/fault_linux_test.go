@@ -70,7 +70,7 @@ func faultScenario(mnt string) faultReport {
 	// A small record that would fit in what is left must be refused too.
 	_, err = w.Append(ProcessExited{ProcessID: "0"})
 	rep.LaterErr, rep.LaterPoisoned = fmt.Sprint(err), errors.Is(err, ErrPoisoned)
-	_, err = w.Append(RunTerminated{Reason: "completed"})
+	_, err = w.Append(RunTerminated{Reason: ReasonCompleted})
 	rep.TermErr, rep.TermPoisoned = fmt.Sprint(err), errors.Is(err, ErrPoisoned)
 	rep.Journal, _ = os.ReadFile(w.JournalPath())
 	rep.PubPEM = w.PublicKeyPEM()

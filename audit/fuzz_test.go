@@ -41,7 +41,7 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 				fuzzErr = err
 				return
 			}
-			all := append(append([]Record{runStarted(w)}, recs...), RunTerminated{Reason: "completed"})
+			all := append(append([]Record{runStarted(w)}, recs...), RunTerminated{Reason: ReasonCompleted})
 			for _, r := range all {
 				if _, err := w.Append(r); err != nil {
 					fuzzErr = err

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/confirmation"
 )
 
 // testJournal is a real journal with every record type, and the key that
@@ -43,13 +43,13 @@ func newTestWriter(t testing.TB) (*Writer, ed25519.PrivateKey) {
 
 // sampleRecords are the records after run.started, one of each type.
 func sampleRecords() []Record {
-	attr := Attribution{Status: "resolved", PID: 4242, Executable: "/usr/bin/python3", SHA256: strings.Repeat("c", 64)}
+	attr := Attribution{Status: confirmation.AttributionResolved, PID: 4242, Executable: "/usr/bin/python3", SHA256: strings.Repeat("c", 64)}
 	return []Record{
-		BoundaryConfirmed{Ready: true, Properties: boundary.Properties{
-			FilesystemConfinement: boundary.EnforcedProperty{Enforced: true, Mechanism: "mountns+landlock-v7"},
-			EgressInterception:    boundary.EnforcedProperty{Enforced: true, Mechanism: "netns-loopback+seccomp"},
-			RequestAttribution:    boundary.EnforcedProperty{Enforced: true, Mechanism: "procfs-socket-inode"},
-			PrivilegeFloor:        boundary.EnforcedProperty{Enforced: true, Mechanism: "userns+no_new_privs+seccomp"},
+		BoundaryConfirmed{Ready: true, Properties: confirmation.Properties{
+			FilesystemConfinement: confirmation.EnforcedProperty{Enforced: true, Mechanism: "mountns+landlock-v7"},
+			EgressInterception:    confirmation.EnforcedProperty{Enforced: true, Mechanism: "netns-loopback+seccomp"},
+			RequestAttribution:    confirmation.EnforcedProperty{Enforced: true, Mechanism: "procfs-socket-inode"},
+			PrivilegeFloor:        confirmation.EnforcedProperty{Enforced: true, Mechanism: "userns+no_new_privs+seccomp"},
 		}},
 		ProcessStarted{ProcessID: "p1", Argv: []string{"python3", "agent.py", "--task", "ünïcode <&>"}, HostPID: 4242},
 		InferenceRequested{RequestID: "r1", Provider: "anthropic", API: "anthropic-messages", Endpoint: "/v1/messages",
@@ -60,7 +60,7 @@ func sampleRecords() []Record {
 			Provider: "anthropic", Attribution: attr},
 		InferenceRequested{RequestID: "r3", Provider: "openai", API: "openai-chat", Endpoint: "/v1/chat/completions",
 			Model: "gpt-4o", BodySHA256: strings.Repeat("f", 64), ReservedTokens: 512, Stream: true,
-			Attribution: Attribution{Status: "unavailable", Reason: "endpoint-only backend"}},
+			Attribution: Attribution{Status: confirmation.AttributionUnavailable, Reason: "endpoint-only backend"}},
 		InferenceFailed{RequestID: "r3", Reason: "upstream_error", Detail: "moat: upstream: connection reset"},
 		ProcessExited{ProcessID: "p1", ExitCode: 3},
 	}
@@ -76,7 +76,7 @@ func buildJournal(t testing.TB) testJournal {
 	t.Helper()
 	w, priv := newTestWriter(t)
 	var lines [][]byte
-	for _, r := range append(append([]Record{runStarted(w)}, sampleRecords()...), RunTerminated{Reason: "completed", ExitCode: 3}) {
+	for _, r := range append(append([]Record{runStarted(w)}, sampleRecords()...), RunTerminated{Reason: ReasonCompleted, ExitCode: 3}) {
 		l, err := w.Append(r)
 		if err != nil {
 			t.Fatalf("Append(%s): %v", r.RecordType(), err)

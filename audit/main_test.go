@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+
+	"github.com/moat-sandbox/moat/confirmation"
 )
 
 // helperEnv selects a helper role when the test binary is re-run as a
@@ -72,12 +74,12 @@ func helperWriter(noSync bool) int {
 			defer wg.Done()
 			for i := 0; n <= 0 || i < n/workers; i++ {
 				must(InferenceRequested{RequestID: fmt.Sprintf("g%d-%d", g, i), Provider: "anthropic", Model: "m",
-					Attribution: Attribution{Status: "unavailable", Reason: "test"}})
+					Attribution: Attribution{Status: confirmation.AttributionUnavailable, Reason: "test"}})
 			}
 		}()
 	}
 	wg.Wait()
-	must(RunTerminated{Reason: "completed"})
+	must(RunTerminated{Reason: ReasonCompleted})
 	if err := w.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

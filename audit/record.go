@@ -7,7 +7,7 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
-	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/confirmation"
 )
 
 // Record types. Every payload carries the common header (v, run, seq, prev,
@@ -42,30 +42,24 @@ type RunStarted struct {
 // BoundaryConfirmed carries the measured properties; it directly follows
 // run.started.
 type BoundaryConfirmed struct {
-	Ready      bool                `json:"ready"`
-	Properties boundary.Properties `json:"properties"`
-	Reason     string              `json:"reason,omitempty"` // why not ready
+	Ready      bool                    `json:"ready"`
+	Properties confirmation.Properties `json:"properties"`
+	Reason     string                  `json:"reason,omitempty"` // why not ready
 	// Checks are the measurement's individual attempts: each violation
 	// tried and each positive control, with what came of it.
 	Checks []Check `json:"checks,omitempty"`
 	// Limits says which resource limits the backend enforces (memory,
 	// pids, open files, disk), with the reason for any it does not.
-	Limits *boundary.LimitsStatus `json:"limits,omitempty"`
+	Limits *confirmation.LimitsStatus `json:"limits,omitempty"`
 }
 
-// Check is one attempted action of the boundary measurement.
-type Check struct {
-	Property string `json:"property"`
-	Name     string `json:"name"`
-	Kind     string `json:"kind"` // violation | control
-	OK       bool   `json:"ok"`   // the safe outcome: a violation that failed, a control that worked
-	Outcome  string `json:"outcome"`
-	Detail   string `json:"detail,omitempty"`
-}
+// Check is one attempted action of the boundary measurement (package
+// confirmation holds the type, which the backend contract shares).
+type Check = confirmation.Check
 
 // Attribution identifies the process that made a broker connection, or says
-// why it cannot.
-type Attribution = boundary.Attribution
+// why it cannot (package confirmation holds the type).
+type Attribution = confirmation.Attribution
 
 // InferenceRequested is the pre-effect record: durable before the request
 // leaves. The same line travels in the Moat-Pre-Effect header.
@@ -224,10 +218,38 @@ type ProcessExited struct {
 
 // RunTerminated is the terminal record.
 type RunTerminated struct {
-	Reason   string `json:"reason"` // "completed" | "failed" | "refused" | "cancelled" | …
-	ExitCode int    `json:"exit_code"`
-	Counts   Counts `json:"counts"`
+	Reason   TerminalReason `json:"reason"`
+	ExitCode int            `json:"exit_code"`
+	Counts   Counts         `json:"counts"`
 }
+
+// TerminalReason is run.terminated's reason: how the run ended. The
+// package doc lists them with the exit code that goes with each. The
+// verifier checks the record's form, not which reason it names, so a
+// journal from a later moat with a reason not listed here still verifies.
+type TerminalReason string
+
+// Terminal reasons.
+const (
+	// ReasonCompleted: the workload exited on its own.
+	ReasonCompleted TerminalReason = "completed"
+	// ReasonExecFailed: the command could not be started (126 or 127).
+	ReasonExecFailed TerminalReason = "exec_failed"
+	// ReasonRefused: moat refused before the workload started.
+	ReasonRefused TerminalReason = "refused"
+	// ReasonFailed: moat itself failed.
+	ReasonFailed TerminalReason = "failed"
+	// ReasonCancelled: the broker stopped all effects.
+	ReasonCancelled TerminalReason = "cancelled"
+	// ReasonRefusalLimit: more refusals than inference.max_refusals.
+	ReasonRefusalLimit TerminalReason = "refusal_limit"
+	// ReasonJournalLimit: the journal reached audit.max_bytes.
+	ReasonJournalLimit TerminalReason = "journal_limit"
+	// ReasonDeleted: a `moat sandbox` was deleted.
+	ReasonDeleted TerminalReason = "deleted"
+	// ReasonTerminated: moat got SIGTERM, SIGINT or SIGHUP.
+	ReasonTerminated TerminalReason = "terminated"
+)
 
 // Counts summarize a run in its terminal record.
 type Counts struct {

@@ -12,7 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/confirmation"
 )
 
 // usageEdges are provider-reported counts around the edges of what JSON
@@ -45,7 +45,7 @@ func TestUsageBeyondExactIntRoundTrips(t *testing.T) {
 	for _, u := range want {
 		mustAppend(t, w, InferenceCompleted{RequestID: "r", Status: 200, ResponseSHA256: strings.Repeat("e", 64), Usage: u})
 	}
-	mustAppend(t, w, RunTerminated{Reason: "completed"})
+	mustAppend(t, w, RunTerminated{Reason: ReasonCompleted})
 	w.Close()
 	journal := readJournal(t, w)
 	if r := Verify(journal, w.PublicKey()); r.Status != Complete {
@@ -138,7 +138,7 @@ func TestWriterRefusesInexactNumbers(t *testing.T) {
 	}
 	mustAppend(t, w, ProcessExited{ProcessID: "p", ExitCode: -MaxExactInt})
 	mustAppend(t, w, InferenceCompleted{RequestID: "r", ResponseBytes: MaxExactInt})
-	mustAppend(t, w, RunTerminated{Reason: "completed"})
+	mustAppend(t, w, RunTerminated{Reason: ReasonCompleted})
 	w.Close()
 	if r := Verify(readJournal(t, w), w.PublicKey()); r.Status != Complete || r.Records != 5 {
 		t.Fatalf("%v, %d records: %s; want complete with 5", r.Status, r.Records, r.Reason)
@@ -182,7 +182,7 @@ func TestLineLimitShared(t *testing.T) {
 	if len(line) != lineLen(lo) {
 		t.Fatalf("line is %d bytes, predicted %d", len(line), lineLen(lo))
 	}
-	mustAppend(t, w, RunTerminated{Reason: "completed"})
+	mustAppend(t, w, RunTerminated{Reason: ReasonCompleted})
 	w.Close()
 	if r := Verify(readJournal(t, w), w.PublicKey()); r.Status != Complete {
 		t.Fatalf("journal with a %d-byte line: %v: %s", len(line), r.Status, r.Reason)
@@ -269,7 +269,7 @@ func TestWriterVerifierAgree(t *testing.T) {
 	if accepted < 1000 || refused < 50 {
 		t.Fatalf("%d accepted, %d refused: the generator does not cover both sides", accepted, refused)
 	}
-	mustAppend(t, w, RunTerminated{Reason: "completed"})
+	mustAppend(t, w, RunTerminated{Reason: ReasonCompleted})
 	w.Close()
 	if r := Verify(readJournal(t, w), w.PublicKey()); r.Status != Complete {
 		t.Fatalf("%v: %s", r.Status, r.Reason)
@@ -349,9 +349,9 @@ func (genRecord) Generate(rng *rand.Rand, size int) reflect.Value {
 	}
 	attr := func() Attribution {
 		if rng.Intn(2) == 0 {
-			return Attribution{Status: "unavailable", Reason: str()}
+			return Attribution{Status: confirmation.AttributionUnavailable, Reason: str()}
 		}
-		return Attribution{Status: "resolved", PID: someInt(), Executable: str(), SHA256: str()}
+		return Attribution{Status: confirmation.AttributionResolved, PID: someInt(), Executable: str(), SHA256: str()}
 	}
 	var strs []string
 	if k := rng.Intn(4); k > 0 {
@@ -388,8 +388,8 @@ func (genRecord) Generate(rng *rand.Rand, size int) reflect.Value {
 func TestBoundaryRecordRoundTrips(t *testing.T) {
 	w, _ := newTestWriter(t)
 	mustAppend(t, w, runStarted(w))
-	b := BoundaryConfirmed{Ready: false, Reason: "x\x00y", Properties: boundary.Properties{
-		FilesystemConfinement: boundary.EnforcedProperty{Enforced: true, Mechanism: "m"}},
+	b := BoundaryConfirmed{Ready: false, Reason: "x\x00y", Properties: confirmation.Properties{
+		FilesystemConfinement: confirmation.EnforcedProperty{Enforced: true, Mechanism: "m"}},
 		Checks: []Check{{Property: "p", Name: "n", Kind: "violation", OK: true, Outcome: "o", Detail: "d"}}}
 	line := mustAppend(t, w, b)
 	e, err := VerifyLine(line, w.PublicKey())

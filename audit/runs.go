@@ -20,7 +20,8 @@ import (
 
 // ReasonIncomplete is a RunSummary's Reason when the journal has no
 // terminal record: the run still runs, was killed, or its storage failed.
-const ReasonIncomplete = "incomplete"
+// It is never journaled.
+const ReasonIncomplete TerminalReason = "incomplete"
 
 // RunSummary is what a run directory's journal says of its run, read
 // without checking signatures.
@@ -32,7 +33,7 @@ type RunSummary struct {
 	KeyID   string    `json:"keyid,omitempty"`
 	// Reason is run.terminated's reason ("completed", "failed", …), or
 	// ReasonIncomplete when the journal has no terminal record.
-	Reason string `json:"reason"`
+	Reason TerminalReason `json:"reason"`
 	// ExitCode is run.terminated's exit code; absent when incomplete.
 	ExitCode *int   `json:"exit_code,omitempty"`
 	Records  int    `json:"records"`

@@ -32,12 +32,12 @@ func TestSummarize(t *testing.T) {
 	cases := []struct {
 		name    string
 		journal []byte
-		reason  string
+		reason  TerminalReason
 		exit    int // -1: no exit code
 		records int
 		problem string
 	}{
-		{"complete", j.raw, "completed", 3, n, ""},
+		{"complete", j.raw, ReasonCompleted, 3, n, ""},
 		{"no terminal record", joinLines(j.lines[:n-1]), ReasonIncomplete, -1, n - 1, ""},
 		{"torn tail", append(joinLines(j.lines[:n-1]), j.lines[n-1][:20]...), ReasonIncomplete, -1, n - 1, "line 10 is torn"},
 		{"unreadable line", append(joinLines(j.lines[:2]), "garbage\n"...), ReasonIncomplete, -1, 2, "line 3:"},

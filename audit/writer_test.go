@@ -173,7 +173,7 @@ func TestAppendRefusesOutOfPlace(t *testing.T) {
 	if _, err := w.Append(foreignRecord{}); err == nil {
 		t.Fatal("foreign record type accepted")
 	}
-	if _, err := w.Append(RunTerminated{Reason: "completed", Counts: Counts{Requested: 99}}); err != nil {
+	if _, err := w.Append(RunTerminated{Reason: ReasonCompleted, Counts: Counts{Requested: 99}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := w.Append(ProcessExited{ProcessID: "p"}); !errors.Is(err, ErrTerminated) {
@@ -224,7 +224,7 @@ func TestAppendConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if _, err := w.Append(RunTerminated{Reason: "completed"}); err != nil {
+	if _, err := w.Append(RunTerminated{Reason: ReasonCompleted}); err != nil {
 		t.Fatal(err)
 	}
 	w.Close()

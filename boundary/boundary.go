@@ -18,44 +18,29 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/moat-sandbox/moat/confirmation"
 	"github.com/moat-sandbox/moat/internal/reaper"
 	"github.com/moat-sandbox/moat/policy"
 )
 
-// EnforcedProperty is a security property established before untrusted code runs.
-type EnforcedProperty struct {
-	Enforced  bool   `json:"enforced"`  // measured by attempting a violation, never configured
-	Mechanism string `json:"mechanism"` // diagnostic and audit only; never authorizes
-	Detail    string `json:"detail,omitempty"`
-	// Unavailable is set when the backend declares the property cannot be
-	// provided at all (request attribution on an endpoint-only backend).
-	// It is never treated as enforced.
-	Unavailable bool `json:"unavailable,omitempty"`
-}
+// The measured values of a confirmation live in the leaf package
+// confirmation, which the journal format shares without linking this
+// contract; these aliases keep their names here.
+type (
+	EnforcedProperty = confirmation.EnforcedProperty
+	Properties       = confirmation.Properties
+	NamedProperty    = confirmation.NamedProperty
+	LimitsStatus     = confirmation.LimitsStatus
+	Attribution      = confirmation.Attribution
+	// AttributionStatus is Attribution's Status; its zero value is invalid.
+	AttributionStatus = confirmation.AttributionStatus
+)
 
-// Properties are the four properties every backend must establish.
-type Properties struct {
-	FilesystemConfinement EnforcedProperty `json:"filesystem_confinement"`
-	EgressInterception    EnforcedProperty `json:"egress_interception"`
-	RequestAttribution    EnforcedProperty `json:"request_attribution"`
-	PrivilegeFloor        EnforcedProperty `json:"privilege_floor"`
-}
-
-// Named returns the properties with their wire names, in a fixed order.
-func (p *Properties) Named() []NamedProperty {
-	return []NamedProperty{
-		{"filesystem_confinement", &p.FilesystemConfinement},
-		{"egress_interception", &p.EgressInterception},
-		{"request_attribution", &p.RequestAttribution},
-		{"privilege_floor", &p.PrivilegeFloor},
-	}
-}
-
-// NamedProperty pairs a property with its wire name.
-type NamedProperty struct {
-	Name string
-	*EnforcedProperty
-}
+// Attribution statuses.
+const (
+	AttributionResolved    = confirmation.AttributionResolved
+	AttributionUnavailable = confirmation.AttributionUnavailable
+)
 
 // Requirements say which properties a run needs. Filesystem, egress and
 // privilege are always required; attribution is required only when the
@@ -169,18 +154,6 @@ type Mechanisms struct {
 	AttributionUnavailable string
 }
 
-// LimitsStatus says which resource limits hold, and why not where not.
-type LimitsStatus struct {
-	Memory    bool `json:"memory"`
-	Pids      bool `json:"pids"`
-	OpenFiles bool `json:"open_files"`
-	// Disk is whether the workload's disk use in its read_write grants is
-	// limited. No backend limits it yet; DiskDetail says so, always.
-	Disk       bool   `json:"disk"`
-	DiskDetail string `json:"disk_detail"`
-	Detail     string `json:"detail,omitempty"`
-}
-
 // OOMCounter is implemented by a sandbox that can count the kernel's
 // out-of-memory kills inside it (the native backend's memory cgroup); ok
 // is false when it cannot.
@@ -192,16 +165,6 @@ type OOMCounter interface {
 // need a workspace on a size-capped file system that moat mounts, which
 // none does.
 const DiskUnlimited = "workspace disk use is not limited: the workload can fill the file system that holds its read_write grants"
-
-// Attribution identifies the process behind a broker connection, or says
-// why it cannot.
-type Attribution struct {
-	Status     string `json:"status"` // "resolved" | "unavailable"
-	PID        int    `json:"pid,omitempty"`
-	Executable string `json:"executable,omitempty"`
-	SHA256     string `json:"sha256,omitempty"`
-	Reason     string `json:"reason,omitempty"`
-}
 
 // Attributor resolves accepted broker connections to processes.
 type Attributor interface {

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/internal/fsutil"
 	"github.com/moat-sandbox/moat/internal/runinfo"
@@ -157,7 +158,7 @@ func Run(ctx context.Context, o RunOptions) (int, error) {
 	case caught && sig != nil:
 		// It came as the start ended: end the run the same way.
 		se = &SignalError{Sig: sig.(syscall.Signal)}
-		s.Close(se.Code(), "terminated")
+		s.Close(se.Code(), audit.ReasonTerminated)
 		return se.Code(), se
 	}
 	if o.OnJournal != nil {
@@ -168,7 +169,7 @@ func Run(ctx context.Context, o RunOptions) (int, error) {
 	return code, err
 }
 
-func (s *Session) runMain(ctx context.Context, o RunOptions, ri *runinfo.Target, sigs <-chan os.Signal) (code int, reason string, err error) {
+func (s *Session) runMain(ctx context.Context, o RunOptions, ri *runinfo.Target, sigs <-chan os.Signal) (code int, reason audit.TerminalReason, err error) {
 	// Signals are caught (by Run) before the terminal goes raw, so that
 	// none of them ends moat with the caller's terminal left raw; one that
 	// comes before the workload starts is forwarded once it has.
@@ -177,10 +178,10 @@ func (s *Session) runMain(ctx context.Context, o RunOptions, ri *runinfo.Target,
 		in, ok1 := o.Stdin.(*os.File)
 		out, ok2 := o.Stdout.(*os.File)
 		if !ok1 || !ok2 {
-			return ExitRefused, "failed", errors.New("a terminal for the workload needs moat's stdin and stdout as files")
+			return ExitRefused, audit.ReasonFailed, errors.New("a terminal for the workload needs moat's stdin and stdout as files")
 		}
 		if relay, err = term.Start(in, out); err != nil {
-			return ExitRefused, "failed", fmt.Errorf("terminal: %w", err)
+			return ExitRefused, audit.ReasonFailed, fmt.Errorf("terminal: %w", err)
 		}
 		// Deferred after signal.Stop's defer, so it runs first: the
 		// caller's terminal is restored on every return.
@@ -196,9 +197,9 @@ func (s *Session) runMain(ctx context.Context, o RunOptions, ri *runinfo.Target,
 	}
 	if err != nil {
 		if code := startCode(err); code != ExitRefused {
-			return code, "exec_failed", err
+			return code, audit.ReasonExecFailed, err
 		}
-		return ExitRefused, "failed", err
+		return ExitRefused, audit.ReasonFailed, err
 	}
 	if ri != nil {
 		if err := ri.Write(RunInfo{
@@ -208,7 +209,7 @@ func (s *Session) runMain(ctx context.Context, o RunOptions, ri *runinfo.Target,
 		}); err != nil {
 			proc.Signal(syscall.SIGKILL)
 			proc.Wait()
-			return ExitRefused, "failed", err
+			return ExitRefused, audit.ReasonFailed, err
 		}
 	}
 	if relay != nil {
@@ -240,11 +241,11 @@ loop:
 		}
 	}
 	if werr != nil {
-		return ExitRefused, "failed", fmt.Errorf("waiting for workload: %w", werr)
+		return ExitRefused, audit.ReasonFailed, fmt.Errorf("waiting for workload: %w", werr)
 	}
 	oom, err := s.Exited(id, code)
 	if err != nil {
-		return ExitRefused, "failed", fmt.Errorf("journal: %w", err)
+		return ExitRefused, audit.ReasonFailed, fmt.Errorf("journal: %w", err)
 	}
 	if oom && o.Stderr != nil {
 		fmt.Fprintf(o.Stderr, "moat: the workload was killed: out of memory (process.limits.memory %s)\n", s.pol.Process.Limits.Memory)
@@ -261,7 +262,7 @@ loop:
 	if fatal.Msg != "" {
 		return ExitRefused, fatal.TerminalReason(), fmt.Errorf("run cancelled: %s", fatal)
 	}
-	return code, "completed", nil
+	return code, audit.ReasonCompleted, nil
 }
 
 // workloadEnv is the policy's env plus moat's own variables, sorted;

@@ -109,12 +109,6 @@ type Session struct {
 	closed     bool
 }
 
-// Journal returns the session's journal writer.
-func (s *Session) Journal() *audit.Writer { return s.w }
-
-// Sandbox returns the backend's sandbox.
-func (s *Session) Sandbox() boundary.Sandbox { return s.sb }
-
 // Fatal delivers the reason once the broker stopped all effects
 // (credential reflection, audit fault).
 func (s *Session) Fatal() <-chan Fatal { return s.fatal }
@@ -129,13 +123,15 @@ type Fatal struct {
 func (f Fatal) String() string { return f.Reason + ": " + f.Msg }
 
 // TerminalReason is run.terminated's reason for a run that this ended:
-// the limit itself for a run-wide cap, else "cancelled".
-func (f Fatal) TerminalReason() string {
+// the limit itself for a run-wide cap, else cancelled.
+func (f Fatal) TerminalReason() audit.TerminalReason {
 	switch f.Reason {
-	case broker.ReasonRefusalLimit, broker.ReasonJournalLimit:
-		return f.Reason
+	case broker.ReasonRefusalLimit:
+		return audit.ReasonRefusalLimit
+	case broker.ReasonJournalLimit:
+		return audit.ReasonJournalLimit
 	}
-	return "cancelled"
+	return audit.ReasonCancelled
 }
 
 // Open opens the journal, prepares the sandbox, confirms it by measurement
@@ -196,12 +192,12 @@ func Open(ctx context.Context, o SessionOptions) (*Session, error) {
 		var sig *SignalError
 		if errors.As(context.Cause(ctx), &sig) {
 			// Stopped by a signal while starting: the journal says so.
-			s.Close(sig.Code(), "terminated")
+			s.Close(sig.Code(), audit.ReasonTerminated)
 			return nil, sig
 		}
-		reason := "failed"
+		reason := audit.ReasonFailed
 		if _, ok := err.(*RefusedError); ok {
-			reason = "refused"
+			reason = audit.ReasonRefused
 		}
 		s.Close(ExitRefused, reason)
 		return nil, err
@@ -540,7 +536,7 @@ func (s *Session) Counts() audit.Counts { return s.w.Counts() }
 
 // Close terminates every process, stops the broker, writes run.terminated
 // with reason and code, and releases everything. It is idempotent.
-func (s *Session) Close(code int, reason string) {
+func (s *Session) Close(code int, reason audit.TerminalReason) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

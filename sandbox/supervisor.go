@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/internal/reexec"
 )
@@ -85,26 +86,26 @@ func supervisorMain(args []string) int {
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sockPath, Net: "unix"})
 	syscall.Umask(old)
 	if err != nil {
-		sess.Close(ExitRefused, "failed")
+		sess.Close(ExitRefused, audit.ReasonFailed)
 		return fail(fmt.Errorf("control socket: %w", err))
 	}
 	state.Phase = boundary.PhaseReady
 	if err := writeState(dir, state); err != nil {
-		sess.Close(ExitRefused, "failed")
+		sess.Close(ExitRefused, audit.ReasonFailed)
 		return fail(err)
 	}
 	fmt.Fprintln(report, "ready")
 	report.Close()
 
-	sv := &supervisor{sess: sess, ln: ln, done: make(chan string, 1)}
+	sv := &supervisor{sess: sess, ln: ln, done: make(chan audit.TerminalReason, 1)}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	go sv.serve(ctx)
-	reason := "deleted"
+	reason := audit.ReasonDeleted
 	select {
 	case reason = <-sv.done:
 	case <-sigs:
-		reason = "terminated"
+		reason = audit.ReasonTerminated
 	case f := <-sess.Fatal():
 		reason = f.TerminalReason()
 		fmt.Fprintf(os.Stderr, "moat: supervisor %s: run cancelled: %s\n", name, f)
@@ -113,7 +114,7 @@ func supervisorMain(args []string) int {
 	state.Phase = boundary.PhaseDeleting
 	writeState(dir, state)
 	code := 0
-	if reason != "deleted" && reason != "terminated" {
+	if reason != audit.ReasonDeleted && reason != audit.ReasonTerminated {
 		code = ExitRefused
 	}
 	sess.Close(code, reason)
@@ -127,7 +128,7 @@ func supervisorMain(args []string) int {
 type supervisor struct {
 	sess *Session
 	ln   *net.UnixListener
-	done chan string
+	done chan audit.TerminalReason
 	wg   sync.WaitGroup
 
 	mu        sync.Mutex
@@ -198,7 +199,7 @@ func (sv *supervisor) handle(ctx context.Context, c *net.UnixConn) {
 		sv.mu.Unlock()
 		keep = true
 		select {
-		case sv.done <- "deleted":
+		case sv.done <- audit.ReasonDeleted:
 		default:
 		}
 	case "signal":

@@ -120,14 +120,14 @@ type runSummary struct {
 	// Reason is the journal's terminal reason for moat run ("completed",
 	// "exec_failed", "refused", …; "incomplete" if it has none) and the
 	// command's outcome for sandbox exec, whose journal stays open.
-	Reason string `json:"reason"`
-	Error  string `json:"error,omitempty"` // moat's own message, as on stderr
+	Reason audit.TerminalReason `json:"reason"`
+	Error  string               `json:"error,omitempty"` // moat's own message, as on stderr
 }
 
 // newRunSummary reads the run directory's journal (if the run got that
 // far) for moat run -o.
 func newRunSummary(runDir string, code int, err error) runSummary {
-	s := runSummary{ExitCode: code, Reason: "refused"}
+	s := runSummary{ExitCode: code, Reason: audit.ReasonRefused}
 	if err != nil {
 		s.Error = err.Error()
 	}

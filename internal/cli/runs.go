@@ -194,7 +194,7 @@ func started(r audit.RunSummary) string {
 
 func ended(r audit.RunSummary) string {
 	if r.ExitCode == nil {
-		return r.Reason
+		return string(r.Reason)
 	}
 	return fmt.Sprintf("%s (exit %d)", r.Reason, *r.ExitCode)
 }

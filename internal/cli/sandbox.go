@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/sandbox"
 )
@@ -224,7 +225,7 @@ it is not found.`,
 
 // newExecSummary is sandbox exec's -o summary.
 func newExecSummary(name string, st *sandbox.State, code int, err error) runSummary {
-	s := runSummary{Sandbox: name, ExitCode: code, Reason: "completed"}
+	s := runSummary{Sandbox: name, ExitCode: code, Reason: audit.ReasonCompleted}
 	if st != nil {
 		s.RunID, s.Journal, s.KeyID = st.RunID, st.Journal, st.KeyID
 		if st.Journal != "" {
@@ -235,12 +236,12 @@ func newExecSummary(name string, st *sandbox.State, code int, err error) runSumm
 		s.Error = err.Error()
 		switch code {
 		case ExitNotFound, ExitCannotExec:
-			s.Reason = "exec_failed"
+			s.Reason = audit.ReasonExecFailed
 		default:
-			s.Reason = "refused"
+			s.Reason = audit.ReasonRefused
 			var re *sandbox.RefusedError
 			if !errors.As(err, &re) {
-				s.Reason = "failed"
+				s.Reason = audit.ReasonFailed
 			}
 		}
 	}
