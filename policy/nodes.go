@@ -91,7 +91,7 @@ func (d *decoder) mapping(n *yaml.Node, path string, known ...string) map[string
 	out := map[string]*yaml.Node{}
 	want := "a mapping with keys " + strings.Join(known, ", ")
 	if path == "" {
-		want = "a mapping (version, backend, landlock, filesystem, process, inference, audit)"
+		want = "a mapping (version, backend, landlock, filesystem, process, inference, audit, tools)"
 	}
 	if !d.kind(n, path, yaml.MappingNode, want) {
 		return out

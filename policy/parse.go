@@ -58,6 +58,7 @@ func Parse(data []byte, baseDir string) (*Policy, error) {
 	}
 	p := d.decode(data)
 	d.validate(p) // also after decode problems, so that one load reports everything
+	d.validateTools(p)
 	if len(d.probs) > 0 {
 		slices.SortStableFunc(d.probs, func(a, b Problem) int { return cmp.Compare(a.Line, b.Line) })
 		return nil, &Error{Problems: d.probs}
@@ -69,7 +70,7 @@ func Parse(data []byte, baseDir string) (*Policy, error) {
 // TestSchemaMatchesDecoder keeps them, the struct tags and schema.json in
 // step.
 var (
-	topKeys        = []string{"version", "backend", "landlock", "filesystem", "process", "inference", "audit"}
+	topKeys        = []string{"version", "backend", "landlock", "filesystem", "process", "inference", "audit", "tools"}
 	landlockKeys   = []string{"abi_floor"}
 	filesystemKeys = []string{"read_only", "read_write", "tmp_size", "volumes"}
 	volumeKeys     = []string{"image", "path", "size"}
@@ -174,6 +175,9 @@ func (d *decoder) decode(data []byte) *Policy {
 	}
 	if n := fields["inference"]; n != nil {
 		d.inference(n, &p.Inference)
+	}
+	if n := fields["tools"]; n != nil {
+		d.tools(n, &p.Tools)
 	}
 	if n := fields["audit"]; n != nil {
 		f := d.mapping(n, "audit", auditKeys...)

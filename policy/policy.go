@@ -14,7 +14,10 @@
 // paths that leave the policy's directory, grants that do not exist or hold
 // a Unix socket, an audit directory inside (or containing) a grant, and
 // provider mistakes (unknown api, duplicate names, no models, a base_url that
-// is not https or loopback http, a bad credential_env).
+// is not https or loopback http, a bad credential_env), and tool server
+// mistakes (tools.go: names outside [a-z0-9-] or whose MOAT_MCP_<NAME>_URL
+// collide, command and url together, a non-loopback url, an implicit
+// allowlist, grants that do not exist or overlap the audit directory).
 //
 // # Defaults
 //
@@ -49,6 +52,9 @@ type Policy struct {
 	Process    Process    `yaml:"process" json:"process"`
 	Inference  Inference  `yaml:"inference" json:"inference"`
 	Audit      Audit      `yaml:"audit" json:"audit"`
+	// Tools are the tool servers the workload may reach through the
+	// broker (tools.go). Absent: none.
+	Tools Tools `yaml:"tools,omitempty" json:"tools,omitzero"`
 
 	// Source is the absolute path of the file the policy was loaded from
 	// ("" for the built-in default). Not part of the YAML.

@@ -72,6 +72,9 @@ func TestSchemaMatchesDecoder(t *testing.T) {
 		{"inference", inferenceKeys, reflect.TypeFor[Inference](), s.Properties["inference"]},
 		{"provider", providerKeys, reflect.TypeFor[Provider](), prov},
 		{"audit", auditKeys, reflect.TypeFor[Audit](), s.Properties["audit"]},
+		{"tools", toolsKeys, reflect.TypeFor[Tools](), s.Properties["tools"]},
+		{"mcp_server", mcpKeys, reflect.TypeFor[MCPServer](), s.Defs["mcp_server"]},
+		{"server_filesystem", serverFSKeys, reflect.TypeFor[ServerFilesystem](), s.Defs["mcp_server"].Properties["filesystem"]},
 	}
 	for _, l := range levels {
 		if got, want := sorted(yamlKeys(l.typ)), sorted(l.keys); !slices.Equal(got, want) {
