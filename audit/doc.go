@@ -124,6 +124,42 @@
 // the credential, Moat-Pre-Effect) are not listed. The member is absent
 // when no worker header was forwarded; it is never an empty object.
 //
+// # Tool calls
+//
+// A tool server named in the policy's tools.mcp is reached only through
+// the broker (MCP JSON-RPC at /mcp/<name>). Four record types cover it;
+// their members, in payload (RFC 8785) order:
+//
+//	tool.requested  arguments_bytes, arguments_sha256, attribution, call_id, server, tool
+//	tool.completed  call_id, is_error, result_bytes, result_sha256
+//	tool.refused    attribution, call_id, detail, method (omitempty), reason, server, tool (omitempty)
+//	tool.failed     call_id, detail, reason
+//
+// call_id is "moatcall_" followed by 24 lowercase hex digits, fresh per
+// JSON-RPC request. tool.requested is the pre-effect record of a
+// tools/call: it is appended and fsynced before the call is sent, and
+// arguments_sha256 is the SHA-256 (64 lowercase hex digits) of the RFC
+// 8785 canonical form of params.arguments, which is exactly the byte
+// string the server receives as that member (arguments_bytes its
+// length). attribution is the calling process, as in inference.requested.
+// One tool.completed or tool.failed with the same call_id follows it:
+// result_sha256 and result_bytes cover the exact JSON bytes of the
+// JSON-RPC result object given to the workload, and is_error is the
+// server's own isError (the tool ran and reported a failure). tool.failed
+// says why no result was given (reason: server_error, timeout,
+// credential_reflected, run_failed). tool.refused records a request that
+// never reached a server: reason is one of the broker's codes (e.g.
+// method_not_allowed, tool_not_allowed, bad_arguments,
+// arguments_too_large, allowance_exhausted, bad_json), detail the message
+// the workload was given; method and tool are present when the request
+// named them validly. For example, with the key and clock pinned:
+//
+//	{"arguments_bytes":13,"arguments_sha256":"dd…dd","attribution":{"executable":"/usr/bin/python3","pid":4242,"sha256":"cc…cc","status":"resolved"},"call_id":"moatcall_000000000000000000000002","prev":"5589…e49b","run":"run-1","seq":3,"server":"calc","time":"2026-12-01T02:00:00Z","tool":"add","type":"tool.requested","v":1}
+//	{"call_id":"moatcall_000000000000000000000002","is_error":false,"prev":"89da…baf3","result_bytes":52,"result_sha256":"ee…ee","run":"run-1","seq":4,"time":"2026-12-01T02:00:00Z","type":"tool.completed","v":1}
+//
+// (Example_toolRequested prints them in full.) run.terminated's counts
+// do not count tool records.
+//
 // # Terminal reasons
 //
 // run.terminated's reason says how the run ended; exit_code is what the

@@ -71,6 +71,10 @@ var recordTypes = map[string]func([]byte) (Record, error){
 	TypeProcessExited:      decodeAs[ProcessExited],
 	TypeProcessFailed:      decodeAs[ProcessFailed],
 	TypeRunTerminated:      decodeAs[RunTerminated],
+	TypeToolRequested:      decodeAs[ToolRequested],
+	TypeToolCompleted:      decodeAs[ToolCompleted],
+	TypeToolRefused:        decodeAs[ToolRefused],
+	TypeToolFailed:         decodeAs[ToolFailed],
 }
 
 func decodeAs[T Record](b []byte) (Record, error) {
@@ -86,7 +90,8 @@ func decodeAs[T Record](b []byte) (Record, error) {
 func knownRecord(r Record) bool {
 	switch r.(type) {
 	case RunStarted, BoundaryConfirmed, InferenceRequested, InferenceCompleted,
-		InferenceRefused, InferenceFailed, ProcessStarted, ProcessExited, ProcessFailed, RunTerminated:
+		InferenceRefused, InferenceFailed, ProcessStarted, ProcessExited, ProcessFailed, RunTerminated,
+		ToolRequested, ToolCompleted, ToolRefused, ToolFailed:
 		return true
 	}
 	return false

@@ -1,0 +1,94 @@
+package audit
+
+import (
+	"crypto/ed25519"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// toolRecords are one of each tool record, after boundary.confirmed.
+func toolRecords() []Record {
+	attr := Attribution{Status: "resolved", PID: 4242, Executable: "/usr/bin/python3", SHA256: strings.Repeat("c", 64)}
+	return []Record{
+		ToolRefused{CallID: "moatcall_000000000000000000000001", Server: "calc", Method: "tools/call", Tool: "rm",
+			Reason: "tool_not_allowed", Detail: `moat: refused: tool "rm" is not allowed on server "calc" (allowed: add)`, Attribution: attr},
+		ToolRequested{CallID: "moatcall_000000000000000000000002", Server: "calc", Tool: "add",
+			ArgumentsSHA256: strings.Repeat("d", 64), ArgumentsBytes: 13, Attribution: attr},
+		ToolCompleted{CallID: "moatcall_000000000000000000000002", ResultSHA256: strings.Repeat("e", 64), ResultBytes: 52},
+		ToolRequested{CallID: "moatcall_000000000000000000000003", Server: "calc", Tool: "add",
+			ArgumentsSHA256: strings.Repeat("f", 64), ArgumentsBytes: 2, Attribution: Attribution{Status: "unavailable", Reason: "endpoint-only backend"}},
+		ToolFailed{CallID: "moatcall_000000000000000000000003", Reason: "timeout", Detail: "moat: the server did not answer within 5s"},
+	}
+}
+
+// TestToolRecordsVerify: tool records sign, verify complete, and decode
+// back to what was written; run.terminated's counts do not count them.
+func TestToolRecordsVerify(t *testing.T) {
+	w, priv := newTestWriter(t)
+	all := append([]Record{runStarted(w), sampleRecords()[0]}, toolRecords()...)
+	all = append(all, RunTerminated{Reason: ReasonCompleted})
+	var lines [][]byte
+	for _, r := range all {
+		line, err := w.Append(r)
+		if err != nil {
+			t.Fatalf("Append %s: %v", r.RecordType(), err)
+		}
+		lines = append(lines, line)
+	}
+	j := joinLines(lines)
+	res := Verify(j, priv.Public().(ed25519.PublicKey))
+	if res.Status != Complete {
+		t.Fatalf("got %v (%v), want complete", res.Status, res.Err)
+	}
+	for i, want := range all[2 : len(all)-1] {
+		e, err := ParseLine(lines[i+2])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(e.Record, want) {
+			t.Errorf("line %d: got %#v, want %#v", i+3, e.Record, want)
+		}
+	}
+	// Control: a tool.requested line with a member the type does not have
+	// is refused, signed or not.
+	bad := signLine(priv, []byte(`{"arguments_bytes":2,"arguments_sha256":"`+strings.Repeat("f", 64)+`","attribution":{"status":"unavailable"},"call_id":"x","extra":1,"prev":"`+strings.Repeat("0", 64)+`","run":"r","seq":1,"server":"s","time":"2026-11-29T08:30:00Z","tool":"t","type":"tool.requested","v":1}`))
+	if _, err := VerifyLine(bad, priv.Public().(ed25519.PublicKey)); !errors.Is(err, ErrBadRecord) {
+		t.Errorf("unknown member: got %v, want ErrBadRecord", err)
+	}
+}
+
+// Example_toolRequested prints the payload of a tool.requested record as
+// the writer makes it (pinned key and clock).
+func Example_toolRequested() {
+	tmp, _ := os.MkdirTemp("", "audit-example-")
+	defer os.RemoveAll(tmp)
+	dir := filepath.Join(tmp, "run")
+	os.Mkdir(dir, 0o700)
+	priv := ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)) // example only
+	clock := time.Date(2026, 12, 1, 2, 0, 0, 0, time.UTC)
+	w, err := create(dir, "run-1", priv, func() time.Time { return clock })
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer w.Close()
+	w.Append(RunStarted{PolicySHA256: strings.Repeat("a", 64), Backend: "native", BinarySHA256: strings.Repeat("b", 64), PublicKey: string(w.PublicKeyPEM())})
+	w.Append(sampleRecords()[0])
+	for _, r := range toolRecords()[1:3] {
+		line, _ := w.Append(r)
+		b64 := strings.TrimPrefix(string(line), `{"payloadType":"application/vnd.moat.audit.v1+json","payload":"`)
+		b64, _, _ = strings.Cut(b64, `"`)
+		p, _ := base64.StdEncoding.DecodeString(b64)
+		fmt.Println(string(p))
+	}
+	// Output:
+	// {"arguments_bytes":13,"arguments_sha256":"dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd","attribution":{"executable":"/usr/bin/python3","pid":4242,"sha256":"cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc","status":"resolved"},"call_id":"moatcall_000000000000000000000002","prev":"55898897234ad4da482306cdb6528b39c2917bfbe7a2093e933803a43f7ee49b","run":"run-1","seq":3,"server":"calc","time":"2026-12-01T02:00:00Z","tool":"add","type":"tool.requested","v":1}
+	// {"call_id":"moatcall_000000000000000000000002","is_error":false,"prev":"89dae48fdee0a7e1c2c4d54079741d747024aa65f453472b9052d4fc31dbbaf3","result_bytes":52,"result_sha256":"eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee","run":"run-1","seq":4,"time":"2026-12-01T02:00:00Z","type":"tool.completed","v":1}
+}
