@@ -376,9 +376,9 @@ func (b *Broker) journalFull() {
 func (b *Broker) attribute(c net.Conn) audit.Attribution {
 	switch {
 	case b.cfg.AttributionUnavailable != "":
-		return audit.Attribution{Status: "unavailable", Reason: b.cfg.AttributionUnavailable}
+		return audit.Attribution{Status: boundary.AttributionUnavailable, Reason: b.cfg.AttributionUnavailable}
 	case b.cfg.Attributor == nil:
-		return audit.Attribution{Status: "unavailable", Reason: "no attributor configured"}
+		return audit.Attribution{Status: boundary.AttributionUnavailable, Reason: "no attributor configured"}
 	}
 	return b.cfg.Attributor.Attribute(c)
 }
@@ -531,7 +531,7 @@ func (b *Broker) handle(w *conn, req *request) bool {
 		return false
 	}
 	att := b.attribute(w.c)
-	if b.cfg.Policy.Inference.RequireAttribution && att.Status != "resolved" {
+	if b.cfg.Policy.Inference.RequireAttribution && att.Status != boundary.AttributionResolved {
 		b.refuse(w, rt.api, id, p.name, rt.endpoint, refuse(ReasonUnattributed, 403,
 			"the policy requires every request to be attributed to a process, and this connection could not be (%s)", wire.Bound(att.Reason)))
 		return false

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/confirmation"
 	"github.com/moat-sandbox/moat/internal/fsutil"
 )
 
@@ -277,7 +278,7 @@ func attribution(ctx context.Context, h *harness) Result {
 		return v.result()
 	}
 	a := req.Attribution
-	if a.Status == "unavailable" {
+	if a.Status == confirmation.AttributionUnavailable {
 		if out.runInfo != nil && out.runInfo.Properties.RequestAttribution.Unavailable {
 			return Result{Outcome: Unavailable, Reason: "the backend declares attribution unavailable (endpoint-only): " + a.Reason,
 				Observations: append(v.obs, "record says unavailable: "+a.Reason)}
@@ -285,7 +286,7 @@ func attribution(ctx context.Context, h *harness) Result {
 		v.violation(false, "attribution unavailable (%s) on a backend that did not declare it", a.Reason)
 		return v.result()
 	}
-	v.violation(a.Status == "resolved" && a.SHA256 == want && a.PID > 0,
+	v.violation(a.Status == confirmation.AttributionResolved && a.SHA256 == want && a.PID > 0,
 		"the decision record names the connecting binary: pid %d, %s, sha256 %s (want %s)", a.PID, a.Executable, a.SHA256, want)
 	return v.result()
 }

@@ -3,6 +3,8 @@ package evidence
 import (
 	"fmt"
 	"slices"
+
+	"github.com/moat-sandbox/moat/audit"
 )
 
 // Outcome of a case. The zero value is invalid.
@@ -86,7 +88,7 @@ func Score(c Case, o Observations) (Outcome, []string) {
 		if o.RunInfo && o.ExitCode == 0 {
 			bad("the runtime reported success after the credential was reflected")
 		}
-		if o.Journal == JournalComplete && o.Terminal != "cancelled" {
+		if o.Journal == JournalComplete && o.Terminal != string(audit.ReasonCancelled) {
 			bad("the run terminated %q, want cancelled", o.Terminal)
 		}
 	}

@@ -81,7 +81,7 @@ func (a *attributor) Attribute(conn net.Conn) boundary.Attribution {
 	if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd)); err != nil || l != socketLink(inode) {
 		return unavailable("pid %d changed while it was being attributed", pid)
 	}
-	return boundary.Attribution{Status: StatusResolved, PID: pid, Executable: exe, SHA256: sum}
+	return boundary.Attribution{Status: boundary.AttributionResolved, PID: pid, Executable: exe, SHA256: sum}
 }
 
 func unmapped(ap netip.AddrPort) netip.AddrPort {

@@ -103,7 +103,7 @@ func TestAttributeChildProcess(t *testing.T) {
 			defer cmd.Wait()
 			c := acceptOne(t, ln)
 			got := New(os.Getpid()).Attribute(c)
-			want := boundary.Attribution{Status: StatusResolved, PID: cmd.Process.Pid, Executable: exe, SHA256: sum}
+			want := boundary.Attribution{Status: boundary.AttributionResolved, PID: cmd.Process.Pid, Executable: exe, SHA256: sum}
 			if got != want {
 				t.Errorf("got %+v, want %+v", got, want)
 			}
@@ -127,7 +127,7 @@ func TestAttributeSelf(t *testing.T) {
 	c := acceptOne(t, ln)
 	a := New(os.Getpid())
 	got := a.Attribute(c)
-	want := boundary.Attribution{Status: StatusResolved, PID: os.Getpid(), Executable: exe, SHA256: sum}
+	want := boundary.Attribution{Status: boundary.AttributionResolved, PID: os.Getpid(), Executable: exe, SHA256: sum}
 	if got != want {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
@@ -152,7 +152,7 @@ func TestAttributeUnavailable(t *testing.T) {
 		cmd.Process.Kill()
 		cmd.Wait()
 		got := New(os.Getpid()).Attribute(c)
-		if got.Status != StatusUnavailable || got.PID != 0 || got.SHA256 != "" {
+		if got.Status != boundary.AttributionUnavailable || got.PID != 0 || got.SHA256 != "" {
 			t.Fatalf("got %+v, want unavailable", got)
 		}
 		if !strings.Contains(got.Reason, "no longer held") && !strings.Contains(got.Reason, "no socket from") {
@@ -164,12 +164,12 @@ func TestAttributeUnavailable(t *testing.T) {
 		defer a.Close()
 		defer b.Close()
 		got := New(os.Getpid()).Attribute(a)
-		if got.Status != StatusUnavailable || !strings.Contains(got.Reason, "not a TCP connection") {
+		if got.Status != boundary.AttributionUnavailable || !strings.Contains(got.Reason, "not a TCP connection") {
 			t.Errorf("got %+v, want unavailable: not a TCP connection", got)
 		}
 	})
 	t.Run("nil", func(t *testing.T) {
-		if got := New(os.Getpid()).Attribute(nil); got.Status != StatusUnavailable {
+		if got := New(os.Getpid()).Attribute(nil); got.Status != boundary.AttributionUnavailable {
 			t.Errorf("got %+v, want unavailable", got)
 		}
 	})
@@ -182,7 +182,7 @@ func TestAttributeUnavailable(t *testing.T) {
 		cl.Write([]byte("x"))
 		c := acceptOne(t, ln)
 		got := New(1 << 30).Attribute(c) // no such process
-		if got.Status != StatusUnavailable || !strings.Contains(got.Reason, "network namespace") {
+		if got.Status != boundary.AttributionUnavailable || !strings.Contains(got.Reason, "network namespace") {
 			t.Errorf("got %+v, want unavailable naming the namespace", got)
 		}
 	})
@@ -198,12 +198,12 @@ func BenchmarkAttribute(b *testing.B) {
 	cl.Write([]byte("x"))
 	c := acceptOne(b, ln)
 	a := New(os.Getpid())
-	if got := a.Attribute(c); got.Status != StatusResolved {
+	if got := a.Attribute(c); got.Status != boundary.AttributionResolved {
 		b.Fatalf("got %+v", got)
 	}
 	b.ResetTimer()
 	for b.Loop() {
-		if got := a.Attribute(c); got.Status != StatusResolved {
+		if got := a.Attribute(c); got.Status != boundary.AttributionResolved {
 			b.Fatalf("got %+v", got)
 		}
 	}

@@ -35,12 +35,6 @@ const (
 	maxCacheEntries = 256
 )
 
-// Status values of boundary.Attribution.
-const (
-	StatusResolved    = "resolved"
-	StatusUnavailable = "unavailable"
-)
-
 func unavailable(format string, a ...any) boundary.Attribution {
-	return boundary.Attribution{Status: StatusUnavailable, Reason: fmt.Sprintf(format, a...)}
+	return boundary.Attribution{Status: boundary.AttributionUnavailable, Reason: fmt.Sprintf(format, a...)}
 }

@@ -542,7 +542,7 @@ func (s *sandbox) Attributor() boundary.Attributor { return endpointOnly{} }
 type endpointOnly struct{}
 
 func (endpointOnly) Attribute(net.Conn) boundary.Attribution {
-	return boundary.Attribution{Status: "unavailable", Reason: mechanisms.AttributionUnavailable}
+	return boundary.Attribution{Status: boundary.AttributionUnavailable, Reason: mechanisms.AttributionUnavailable}
 }
 
 func (s *sandbox) Mechanisms() boundary.Mechanisms { return mechanisms }

@@ -282,7 +282,7 @@ func hostChecks(conns []connObs, helperPID int, moatSum string) []Check {
 		seen.Detail = fmt.Sprintf("accepted %d connections; the helper's came from %s", len(conns), ours.remote)
 		a := ours.attribution
 		switch {
-		case a.Status != "resolved":
+		case a.Status != boundary.AttributionResolved:
 			attr.Detail = fmt.Sprintf("attribution %q: %s", a.Status, a.Reason)
 		case a.PID != helperPID:
 			attr.Detail = fmt.Sprintf("attributed to pid %d, but the helper is pid %d", a.PID, helperPID)
@@ -347,7 +347,7 @@ func (o *observer) handle(c net.Conn) connObs {
 	}
 	ob.nonceOK = true
 	if o.attr == nil {
-		ob.attribution = boundary.Attribution{Status: "unavailable", Reason: "BUG: the backend has no attributor"}
+		ob.attribution = boundary.Attribution{Status: boundary.AttributionUnavailable, Reason: "BUG: the backend has no attributor"}
 	} else {
 		ob.attribution = o.attr.Attribute(c)
 	}

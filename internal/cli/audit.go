@@ -296,7 +296,7 @@ func short(h string) string {
 }
 
 func attribution(a audit.Attribution) string {
-	if a.Status == "resolved" {
+	if a.Status == boundary.AttributionResolved {
 		return fmt.Sprintf("pid=%d exe=%s", a.PID, a.Executable)
 	}
 	return fmt.Sprintf("attribution=%s(%s)", a.Status, a.Reason)
