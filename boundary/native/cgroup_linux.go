@@ -2,87 +2,51 @@ package native
 
 import (
 	"bufio"
-	"errors"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/internal/cgroup"
 	"github.com/moat-sandbox/moat/internal/reaper"
 	"github.com/moat-sandbox/moat/policy"
 )
 
-// cgroupRoot is where cgroup v1 controllers are mounted.
-const cgroupRoot = "/sys/fs/cgroup"
+// cgroupRoot is where the cgroup file systems are mounted.
+const cgroupRoot = cgroup.DefaultRoot
 
-// cgroupRemoveTries bounds the retries of removing a cgroup whose last
-// task is still exiting.
-const cgroupRemoveTries = 50
-
-// cgroups is a per-sandbox child cgroup in each v1 controller moat uses.
+// cgroups is the sandbox's cgroups (one per cgroup v1 hierarchy used, one
+// in cgroup v2), made by internal/cgroup.
 type cgroups struct {
-	dirs   []string
+	g      *cgroup.Group
 	reaper *reaper.Reaper
 }
 
 // newCgroups creates the sandbox's memory and pids cgroups where this host
-// lets moat do so (root, cgroup v1), and says which limits hold. It never
-// pretends: a limit that is not applied is reported with the reason.
+// lets moat do so (root on cgroup v1 and v2, rootless in a delegated
+// cgroup v2 subtree), and says which limits hold. It never pretends: a
+// limit that is not applied is reported with the reason.
 func newCgroups(runID string, lim policy.Limits, rp *reaper.Reaper) (*cgroups, boundary.LimitsStatus) {
 	var st boundary.LimitsStatus
 	if lim.Memory <= 0 && lim.Pids <= 0 {
 		st.Detail = "the policy sets no memory or pids limit"
 		return nil, st
 	}
-	if os.Geteuid() != 0 {
-		st.Detail = "memory and pids limits are not enforced: moat is not root and cgroup delegation to unprivileged users is not implemented (RLIMIT_NPROC is per-uid and is not a substitute)"
+	h, err := cgroup.ReadHost()
+	if err != nil {
+		st.Detail = "memory and pids limits are not enforced: " + err.Error()
 		return nil, st
 	}
-	if _, err := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers")); err == nil {
-		st.Detail = "memory and pids limits are not enforced: this host uses cgroup v2, which moat does not manage yet"
+	// The reaper owns each directory before it exists, so that no kill
+	// leaves it.
+	g, cs := cgroup.Create(cgroup.OS{}, h, "moat-"+sanitize(runID), cgroup.Limits{Memory: int64(lim.Memory), Pids: int64(lim.Pids)},
+		func(dir string) { rp.Own(dir, false) })
+	st.Memory, st.Pids, st.Detail = cs.Memory, cs.Pids, cs.Detail
+	if g == nil {
 		return nil, st
 	}
-	cg := &cgroups{reaper: rp}
-	var why []string
-	name := "moat-" + sanitize(runID)
-	setup := func(ctrl, file string, val int64) bool {
-		base := filepath.Join(cgroupRoot, ctrl)
-		if _, err := os.Stat(filepath.Join(base, "cgroup.procs")); err != nil {
-			why = append(why, fmt.Sprintf("%s: no cgroup v1 controller at %s", ctrl, base))
-			return false
-		}
-		dir := filepath.Join(base, ownCgroup(ctrl), name)
-		// The reaper owns it before it exists, so that no kill leaves it.
-		cg.reaper.Own(dir, false)
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			cg.reaper.Done(dir) // not ours
-			why = append(why, fmt.Sprintf("%s: %v", ctrl, err))
-			return false
-		}
-		cg.dirs = append(cg.dirs, dir)
-		if err := os.WriteFile(filepath.Join(dir, file), []byte(strconv.FormatInt(val, 10)), 0); err != nil {
-			why = append(why, fmt.Sprintf("%s: %v", ctrl, err))
-			return false
-		}
-		return true
-	}
-	if lim.Memory > 0 {
-		st.Memory = setup("memory", "memory.limit_in_bytes", int64(lim.Memory))
-	}
-	if lim.Pids > 0 {
-		st.Pids = setup("pids", "pids.max", int64(lim.Pids))
-	}
-	if len(why) > 0 {
-		st.Detail = "not enforced: " + strings.Join(why, "; ")
-	}
-	if len(cg.dirs) == 0 {
-		return nil, st
-	}
-	return cg, st
+	return &cgroups{g: g, reaper: rp}, st
 }
 
 // ownCgroup is this process's cgroup path in a v1 controller.
@@ -130,56 +94,19 @@ func sanitize(s string) string {
 }
 
 // add moves pid (the init, before it starts anything) into every cgroup.
-func (cg *cgroups) add(pid int) error {
-	for _, d := range cg.dirs {
-		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
-			return fmt.Errorf("adding the init to %s: %w", d, err)
-		}
-	}
-	return nil
-}
+func (cg *cgroups) add(pid int) error { return cg.g.Add(pid) }
 
-// remove deletes the cgroups once their tasks are gone.
+// remove deletes the cgroups once their tasks are gone; the reaper is told
+// of each one removed (one that is not stays the reaper's).
 func (cg *cgroups) remove() error {
-	var errs []error
-	for _, d := range cg.dirs {
-		var err error
-		for i := 0; i < cgroupRemoveTries; i++ {
-			if err = os.Remove(d); err == nil || errors.Is(err, os.ErrNotExist) {
-				err = nil
-				cg.reaper.Done(d)
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	cg.dirs = nil
-	return errors.Join(errs...)
+	return cg.g.Remove(func(d string) { cg.reaper.Done(d) })
 }
 
-// oomKills reads the memory cgroup's count of OOM kills (memory.oom_control
-// "oom_kill N", cgroup v1).
+// oomKills reads the memory cgroup's count of OOM kills (memory.events
+// on cgroup v2, memory.oom_control on v1).
 func (cg *cgroups) oomKills() (uint64, bool) {
 	if cg == nil {
 		return 0, false
 	}
-	for _, d := range cg.dirs {
-		if !strings.Contains(d, "/memory/") {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(d, "memory.oom_control"))
-		if err != nil {
-			return 0, false
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
-				n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-				return n, err == nil
-			}
-		}
-	}
-	return 0, false
+	return cg.g.OOMKills()
 }

@@ -98,8 +98,7 @@ func doctor(ctx context.Context) doctorReport {
 	if !cg.Delegated {
 		cgErr = fmt.Errorf("memory and pids limits cannot be enforced: %s", cg.Reason)
 	}
-	add("cgroups", cgErr, fmt.Sprintf("cgroup v%d, memory and pids limits enforceable", cg.Version),
-		"run moat as root on a cgroup v1 host (moat manages no cgroup v2 and no delegation yet); elsewhere a limit written in the policy is refused, and the default limits are reported as not enforced")
+	add("cgroups", cgErr, fmt.Sprintf("cgroup v%d%s, memory and pids limits enforceable", cg.Version, map[bool]string{true: " (hybrid)"}[cg.Hybrid]), cg.Fix())
 	if p, v, err := hostinfo.Runsc(); err == nil {
 		add("runsc", nil, fmt.Sprintf("%s (%s; minimum %s)", p, v, hostinfo.RunscMinimumDate), "")
 	} else {
