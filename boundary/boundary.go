@@ -99,8 +99,11 @@ const (
 	PhaseDeleting     Phase = "Deleting"
 )
 
-// ErrUnsupported is returned by backends on platforms they cannot run on.
-var ErrUnsupported = errors.New("backend not supported on this platform")
+// ErrUnsupported is what a backend's error on a platform it cannot run on
+// matches with errors.Is. It is errors.ErrUnsupported itself, moat's one
+// "unsupported" sentinel (internal/hostinfo's and seccomp's errors match
+// it too).
+var ErrUnsupported = errors.ErrUnsupported
 
 // Process describes one command to start inside a prepared sandbox.
 type Process struct {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/internal/hostinfo"
 )
 
 // cleanupWait bounds how long the controller waits for the worker to be
@@ -184,10 +186,6 @@ func (f *faultStorage) unmount() error {
 
 // landlockABI is the kernel's Landlock ABI version, 0 if unavailable.
 func landlockABI() int {
-	const createRulesetVersion = 1 // LANDLOCK_CREATE_RULESET_VERSION
-	v, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, createRulesetVersion)
-	if errno != 0 {
-		return 0
-	}
-	return int(v)
+	abi, _ := hostinfo.LandlockABI()
+	return abi
 }

@@ -6,6 +6,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/internal/hostinfo"
 )
 
 // Raw Landlock syscalls. go-landlock applies a ruleset to every thread
@@ -13,39 +15,33 @@ import (
 // `go test -race` binaries); the stage restricts only its own locked thread
 // and then execs from it, so the raw calls below are all it needs.
 
-// Filesystem access rights (include/uapi/linux/landlock.h).
+// Access rights and flags (include/uapi/linux/landlock.h), from
+// golang.org/x/sys/unix.
 const (
-	llFSExecute    = 1 << 0
-	llFSWriteFile  = 1 << 1
-	llFSReadFile   = 1 << 2
-	llFSReadDir    = 1 << 3
-	llFSRemoveDir  = 1 << 4
-	llFSRemoveFile = 1 << 5
-	llFSMakeChar   = 1 << 6
-	llFSMakeDir    = 1 << 7
-	llFSMakeReg    = 1 << 8
-	llFSMakeSock   = 1 << 9
-	llFSMakeFifo   = 1 << 10
-	llFSMakeBlock  = 1 << 11
-	llFSMakeSym    = 1 << 12
-	llFSRefer      = 1 << 13 // ABI 2
-	llFSTruncate   = 1 << 14 // ABI 3
-	llFSIoctlDev   = 1 << 15 // ABI 5
+	llFSExecute   = unix.LANDLOCK_ACCESS_FS_EXECUTE
+	llFSWriteFile = unix.LANDLOCK_ACCESS_FS_WRITE_FILE
+	llFSReadFile  = unix.LANDLOCK_ACCESS_FS_READ_FILE
+	llFSReadDir   = unix.LANDLOCK_ACCESS_FS_READ_DIR
+	llFSRefer     = unix.LANDLOCK_ACCESS_FS_REFER     // ABI 2
+	llFSTruncate  = unix.LANDLOCK_ACCESS_FS_TRUNCATE  // ABI 3
+	llFSIoctlDev  = unix.LANDLOCK_ACCESS_FS_IOCTL_DEV // ABI 5
+	llFSMakeSym   = unix.LANDLOCK_ACCESS_FS_MAKE_SYM  // the last right of ABI 1
 	// llFSResolveUnix (ABI 9) governs connect/sendmsg to pathname Unix
 	// sockets created outside the domain. It is handled and never granted:
 	// from ABI 9 the seccomp filter lets AF_UNIX sockets through, and this
 	// is what keeps a host socket placed in a grant unreachable.
-	llFSResolveUnix = 1 << 16
+	llFSResolveUnix = unix.LANDLOCK_ACCESS_FS_RESOLVE_UNIX
 
-	llNetBindTCP    = 1 << 0 // ABI 4
-	llNetConnectTCP = 1 << 1 // ABI 4
+	llNetBindTCP    = unix.LANDLOCK_ACCESS_NET_BIND_TCP    // ABI 4
+	llNetConnectTCP = unix.LANDLOCK_ACCESS_NET_CONNECT_TCP // ABI 4
 
-	llScopeAbstractUnix = 1 << 0 // ABI 6
-	llScopeSignal       = 1 << 1 // ABI 6
+	llScopeAbstractUnix = unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET // ABI 6
+	llScopeSignal       = unix.LANDLOCK_SCOPE_SIGNAL               // ABI 6
 
-	llCreateRulesetVersion = 1 << 0
-	llRulePathBeneath      = 1
-	llRuleNetPort          = 2
+	llRulePathBeneath = unix.LANDLOCK_RULE_PATH_BENEATH
+	// llRuleNetPort is LANDLOCK_RULE_NET_PORT, which x/sys/unix does not
+	// define (it has no struct landlock_net_port_attr either).
+	llRuleNetPort = 2
 
 	// llFileRights are the rights that may be granted on a rule whose
 	// target is not a directory.
@@ -67,19 +63,16 @@ func (e *ABIError) Error() string {
 }
 
 // LandlockABI returns the host's Landlock ABI version, or 0 when Landlock
-// is not available.
+// is not available (internal/hostinfo says why).
 func LandlockABI() int {
-	v, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, llCreateRulesetVersion)
-	if errno != 0 {
-		return 0
-	}
-	return int(v)
+	abi, _ := hostinfo.LandlockABI()
+	return abi
 }
 
 // llFSAll is every filesystem right the given ABI knows that a rule may
 // grant (all but llFSResolveUnix).
 func llFSAll(abi int) uint64 {
-	r := uint64(1<<13 - 1)
+	r := uint64(llFSMakeSym<<1 - 1) // ABI 1: execute … make_sym
 	if abi >= 2 {
 		r |= llFSRefer
 	}

@@ -48,11 +48,12 @@ func (e *UnsupportedError) Error() string {
 	return fmt.Sprintf("%s is not supported on %s; moat's sandbox needs Linux", e.Feature, e.GOOS)
 }
 
-// ErrUnsupported matches every *UnsupportedError with errors.Is.
-var ErrUnsupported = errors.New("unsupported on this system")
+// ErrUnsupported matches every *UnsupportedError with errors.Is. It is
+// errors.ErrUnsupported itself, moat's one "unsupported" sentinel.
+var ErrUnsupported = errors.ErrUnsupported
 
-// Is makes errors.Is(err, ErrUnsupported) true.
-func (e *UnsupportedError) Is(target error) bool { return target == ErrUnsupported }
+// Is makes errors.Is(err, errors.ErrUnsupported) true.
+func (e *UnsupportedError) Is(target error) bool { return target == errors.ErrUnsupported }
 
 // ToolTimeout bounds how long a tool's version query may take.
 const ToolTimeout = 10 * time.Second
