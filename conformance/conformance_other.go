@@ -5,6 +5,8 @@ package conformance
 import (
 	"context"
 	"errors"
+
+	"github.com/moat-sandbox/moat/internal/reexec"
 )
 
 // The scenarios drive Linux backends; elsewhere there are none, and Run
@@ -20,3 +22,12 @@ func newHarness(bin, backend string) (*harness, error) {
 func (h *harness) close() {}
 
 var _ = context.Background
+
+// ProbeMain is the in-sandbox probe; it needs Linux.
+func ProbeMain([]string) int { return reexec.Unsupported(ProbeHelper) }
+
+// EUIDMain prints the effective uid; the suite needs Linux.
+func EUIDMain([]string) int { return reexec.Unsupported(EUIDHelper) }
+
+// ReceiverMain is the test host's receiver; it needs Linux.
+func ReceiverMain([]string) int { return reexec.Unsupported(ReceiverHelper) }

@@ -142,7 +142,7 @@ func (h *harness) probeRunPolicy(ctx context.Context, pol string, actions ...str
 	ri := filepath.Join(h.dir, fmt.Sprintf("run-info-%d.json", time.Now().UnixNano()))
 	ctx, cancel := context.WithTimeout(ctx, runTimeout)
 	defer cancel()
-	args := append([]string{"run", "--backend", h.backend, "--policy", pol, "--run-info", ri, "--", h.probe, probeEntry}, actions...)
+	args := append([]string{"run", "--backend", h.backend, "--policy", pol, "--run-info", ri, "--", h.probe, ProbeHelper}, actions...)
 	cmd := h.command(ctx, args...)
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se

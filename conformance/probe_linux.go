@@ -13,28 +13,16 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/moat-sandbox/moat/internal/reexec"
 )
 
-// Hidden entry points of the moat binary used by the suite.
-const (
-	probeEntry    = "__moat-conf-probe"    // in the sandbox: attempt actions, print one line each
-	euidEntry     = "__moat-conf-euid"     // print the effective uid (run setuid-root)
-	receiverEntry = "__moat-conf-receiver" // in the test host's netns: log what arrives
-)
-
-func init() {
-	reexec.Register(probeEntry, probeMain)
-	reexec.Register(euidEntry, func([]string) int { fmt.Printf("euid=%d\n", os.Geteuid()); return 0 })
-	reexec.Register(receiverEntry, receiverMain)
-}
+// EUIDMain prints the effective uid (run setuid-root).
+func EUIDMain([]string) int { fmt.Printf("euid=%d\n", os.Geteuid()); return 0 }
 
 const probeTimeout = 2 * time.Second
 
-// probeMain: each argument is "kind=arg"; prints "kind=arg ok [detail]" or
+// ProbeMain: each argument is "kind=arg"; prints "kind=arg ok [detail]" or
 // "kind=arg err <reason>". It claims nothing else.
-func probeMain(actions []string) int {
+func ProbeMain(actions []string) int {
 	for _, a := range actions {
 		kind, arg, _ := strings.Cut(a, "=")
 		detail, err := probeAction(kind, arg)
@@ -87,7 +75,7 @@ func probeAction(kind, arg string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		cmd := exec.Command(exe, euidEntry)
+		cmd := exec.Command(exe, EUIDHelper)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER}
 		out, err := cmd.Output()
 		return strings.TrimSpace(string(out)), err
@@ -96,7 +84,7 @@ func probeAction(kind, arg string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		out, err := exec.Command(exe, euidEntry).Output()
+		out, err := exec.Command(exe, EUIDHelper).Output()
 		return strings.TrimSpace(string(out)), err
 	case "ids":
 		return fmt.Sprintf("uid=%d euid=%d gid=%d egid=%d", os.Getuid(), os.Geteuid(), os.Getgid(), os.Getegid()), nil
@@ -117,7 +105,7 @@ func probeAction(kind, arg string) (string, error) {
 		}
 		return fmt.Sprintf("eff=%x prm=%x inh=%x amb=%d", eff, prm, inh, amb), nil
 	case "exec-euid":
-		out, err := exec.Command(arg, euidEntry).CombinedOutput()
+		out, err := exec.Command(arg, EUIDHelper).CombinedOutput()
 		if err != nil {
 			return "", fmt.Errorf("%v: %s", err, out)
 		}
@@ -228,9 +216,9 @@ func infer() (string, error) {
 	return "status 200", nil
 }
 
-// receiverMain: `__moat-conf-receiver LOG tcp:ADDR… udp:ADDR…` listens and
+// ReceiverMain: `__moat-conf-receiver LOG tcp:ADDR… udp:ADDR…` listens and
 // appends one line per arrival to LOG; it prints "ready" once listening.
-func receiverMain(args []string) int {
+func ReceiverMain(args []string) int {
 	if len(args) < 2 {
 		return 125
 	}

@@ -212,7 +212,7 @@ func privilegeFloor(ctx context.Context, h *harness) Result {
 			os.Chmod(suid, os.ModeSetuid|0o755)
 			// Control: outside the sandbox, the same file raises an
 			// ordinary user's euid to 0.
-			out, err := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", suid, euidEntry).Output()
+			out, err := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", suid, EUIDHelper).Output()
 			v.control(err == nil && strings.TrimSpace(string(out)) == "euid=0", "outside the sandbox the setuid-root file gives uid 65534 euid 0 (%q, %v)", strings.TrimSpace(string(out)), err)
 			actions = append(actions, "exec-euid="+suid)
 		} else {

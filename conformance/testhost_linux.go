@@ -61,7 +61,7 @@ func newTestHost(h *harness) (*testHost, error) {
 			return nil, fmt.Errorf("ip %s: %v: %s", strings.Join(s, " "), err, out)
 		}
 	}
-	th.recv = exec.Command("ip", "netns", "exec", th.ns, h.bin, receiverEntry, th.log,
+	th.recv = exec.Command("ip", "netns", "exec", th.ns, h.bin, ReceiverHelper, th.log,
 		"tcp:"+th.ip+":80", "tcp:"+th.ip+":53", "udp:"+th.ip+":53")
 	stdout, _ := th.recv.StdoutPipe()
 	th.recv.Stderr = os.Stderr

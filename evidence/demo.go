@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/internal/reexec"
 )
 
-// DemoAgentHelper is the hidden moat helper that runs the demo agent.
-const DemoAgentHelper = "__moat-demo-agent"
+// DemoAgentHelper is the hidden helper of the moat binary that runs the demo
+// agent (probe.Main); internal/cli/hidden.go lists it.
+const DemoAgentHelper = reexec.Prefix + "demo-agent"
 
 // DemoCase is what `moat demo` runs: the agent asks two questions, tries
 // four escapes, and says goodbye.

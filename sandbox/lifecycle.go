@@ -25,10 +25,9 @@ import (
 
 // Limits of the control protocol.
 const (
-	maxControlMsg   = 1 << 20
-	createTimeout   = 2 * time.Minute
-	deleteTimeout   = 15 * time.Second
-	supervisorEntry = "__moat-supervisor"
+	maxControlMsg = 1 << 20
+	createTimeout = 2 * time.Minute
+	deleteTimeout = 15 * time.Second
 )
 
 // CreateOptions configure `moat sandbox create`.
@@ -82,7 +81,7 @@ func Create(ctx context.Context, o CreateOptions) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe, supervisorEntry, o.Name, pp, o.Backend, st.dir, o.AuditDir)
+	cmd := exec.Command(exe, SupervisorHelper, o.Name, pp, o.Backend, st.dir, o.AuditDir)
 	cmd.Stdin = nil
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.ExtraFiles = []*os.File{pw}

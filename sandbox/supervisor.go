@@ -18,13 +18,15 @@ import (
 	"github.com/moat-sandbox/moat/internal/reexec"
 )
 
-func init() { reexec.Register(supervisorEntry, supervisorMain) }
+// SupervisorHelper is the hidden helper of the moat binary that runs
+// SupervisorMain; internal/cli/hidden.go lists it.
+const SupervisorHelper = reexec.Prefix + "supervisor"
 
-// supervisorMain is the per-sandbox supervisor: `moat __moat-supervisor
+// SupervisorMain is the per-sandbox supervisor: `moat __moat-supervisor
 // NAME POLICY BACKEND STATEDIR AUDITDIR` (AUDITDIR "" for the policy's), started detached by Create with a report
 // pipe on fd 3. It owns the namespaces, the broker, the journal and its
 // key, and serves the control socket until the sandbox is deleted.
-func supervisorMain(args []string) int {
+func SupervisorMain(args []string) int {
 	if len(args) != 5 {
 		fmt.Fprintln(os.Stderr, "moat: supervisor: usage: NAME POLICY BACKEND STATEDIR AUDITDIR")
 		return ExitRefused

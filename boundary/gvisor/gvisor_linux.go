@@ -26,7 +26,8 @@ import (
 	"github.com/moat-sandbox/moat/policy"
 )
 
-func init() { boundary.Register(backend{}) }
+// New returns the gvisor backend; internal/cli/hidden.go registers it.
+func New() boundary.Backend { return backend{} }
 
 type backend struct{}
 
@@ -192,7 +193,7 @@ func (s *sandbox) startInit(exe string, cfg initConfig) error {
 		runtime.LockOSThread()
 		// Never unlocked: the thread exits with this goroutine, after the
 		// init has exited.
-		cmd := exec.Command(exe, initEntry)
+		cmd := exec.Command(exe, InitHelper)
 		cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 		if d := os.Getenv("MOAT_RUNSC_DEBUG"); d != "" {
 			cmd.Env = append(cmd.Env, "MOAT_RUNSC_DEBUG="+d)
@@ -380,13 +381,13 @@ func (s *sandbox) Start(ctx context.Context, p boundary.Process) (boundary.Runni
 	if len(p.Argv) == 0 {
 		return nil, fmt.Errorf("empty command")
 	}
-	argv := append([]string{moatInside, stageEntry, "--"}, p.Argv...)
+	argv := append([]string{moatInside, StageHelper, "--"}, p.Argv...)
 	return s.start(ctx, process(s.pol, s.uid, s.gid, argv, p.Env, p.Dir), p)
 }
 
 func (s *sandbox) StartHelper(ctx context.Context, args []string, p boundary.Process) (boundary.Running, error) {
 	// The measurement runs behind the same stage as every workload.
-	argv := append([]string{moatInside, stageEntry, "--", moatInside}, args...)
+	argv := append([]string{moatInside, StageHelper, "--", moatInside}, args...)
 	return s.start(ctx, process(s.pol, s.uid, s.gid, argv, p.Env, "/"), p)
 }
 

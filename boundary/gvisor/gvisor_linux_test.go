@@ -11,19 +11,26 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/boundary/measure"
+	"github.com/moat-sandbox/moat/internal/reaper"
 	"github.com/moat-sandbox/moat/internal/reexec"
+	"github.com/moat-sandbox/moat/internal/reexec/reexectest"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/policy"
 )
 
+// TestMain: the test binary is also the moat binary of the sandboxes the
+// tests make, so it serves the helpers they start (the list of
+// internal/cli/hidden.go that gVisor uses) and the tests' own.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == seedProbeArg {
-		os.Exit(seedProbe())
-	}
-	if code, ok := reexec.Dispatch(os.Args[1:]); ok {
-		os.Exit(code)
-	}
-	os.Exit(m.Run())
+	boundary.Register(New())
+	reexectest.Main(m,
+		reexec.Helper{Name: InitHelper, Main: InitMain},
+		reexec.Helper{Name: PauseHelper, Main: PauseMain},
+		reexec.Helper{Name: StageHelper, Main: StageMain},
+		reexec.Helper{Name: measure.Helper, Main: measure.Main},
+		reexec.Helper{Name: reaper.Helper, Main: reaper.Main},
+		seedProbeHelper, killHelper)
 }
 
 func needRunsc(t *testing.T) {

@@ -17,25 +17,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moat-sandbox/moat/internal/grants"
-	"github.com/moat-sandbox/moat/internal/reexec"
 )
 
-// Hidden entry points of the moat binary.
-const (
-	initEntry  = "__moat-gvisor-init"
-	pauseEntry = "__moat-gvisor-pause"
-)
-
-func init() {
-	reexec.Register(initEntry, initMain)
-	reexec.Register(pauseEntry, pauseMain)
-}
-
-func stageRegister() { reexec.Register(stageEntry, stageMain) }
-
-// pauseMain is the container's init inside the sentry: it holds the
+// PauseMain is the container's init inside the sentry: it holds the
 // container open for `runsc exec` and does nothing else.
-func pauseMain([]string) int {
+func PauseMain([]string) int {
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
 	// As the container's init it is the parent of every orphan: it reaps
@@ -134,10 +120,10 @@ func recvMsg(c *net.UnixConn) (msg, []*os.File, error) {
 	return m, files, nil
 }
 
-// initMain runs as pid 1 of a new PID, network and mount namespace. It
+// InitMain runs as pid 1 of a new PID, network and mount namespace. It
 // brings up loopback, makes the broker's listener, starts runsc, and then
 // runs `runsc exec` for each process the supervisor asks for.
-func initMain([]string) int {
+func InitMain([]string) int {
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	f := os.NewFile(3, "control")
 	fc, err := net.FileConn(f)

@@ -15,7 +15,7 @@ import (
 
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/internal/reaper"
-	"github.com/moat-sandbox/moat/internal/reexec"
+	"github.com/moat-sandbox/moat/internal/reexec/reexectest"
 )
 
 // TestRootGVisorOwnership: ownership follows native's rule. A root-owned
@@ -131,37 +131,33 @@ func TestRootGVisorNoCgroupLeftovers(t *testing.T) {
 	}
 }
 
-// killEntry prepares a sandbox with a reaper, says "ready" and waits to be
+// killHelper prepares a sandbox with a reaper, says "ready" and waits to be
 // killed: moat dying by SIGKILL with a sandbox up.
-const killEntry = reexec.Prefix + "gvisor-test-kill"
-
-func init() {
-	reexec.Register(killEntry, func(args []string) int {
-		if len(args) != 3 {
-			return 125
-		}
-		ws, state, id := args[0], args[1], args[2]
-		exe, err := os.Executable()
-		if err != nil {
-			fmt.Println("error:", err)
-			return 125
-		}
-		rp, err := reaper.Start(exe)
-		if err != nil {
-			fmt.Println("error:", err)
-			return 125
-		}
-		pol, _ := policyFor(ws)
-		be, _ := boundary.Lookup("gvisor")
-		if _, err := be.Prepare(context.Background(), boundary.Spec{RunID: id, Policy: pol, StateDir: state, Reaper: rp}); err != nil {
-			fmt.Println("error:", err)
-			return 125
-		}
-		fmt.Println("ready")
-		time.Sleep(time.Hour)
-		return 0
-	})
-}
+var killHelper = reexectest.Helper("gvisor-kill", func(args []string) int {
+	if len(args) != 3 {
+		return 125
+	}
+	ws, state, id := args[0], args[1], args[2]
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Println("error:", err)
+		return 125
+	}
+	rp, err := reaper.Start(exe)
+	if err != nil {
+		fmt.Println("error:", err)
+		return 125
+	}
+	pol, _ := policyFor(ws)
+	be, _ := boundary.Lookup("gvisor")
+	if _, err := be.Prepare(context.Background(), boundary.Spec{RunID: id, Policy: pol, StateDir: state, Reaper: rp}); err != nil {
+		fmt.Println("error:", err)
+		return 125
+	}
+	fmt.Println("ready")
+	time.Sleep(time.Hour)
+	return 0
+})
 
 // TestRootGVisorKilledLeavesNoCgroups: moat SIGKILLed with a sandbox up
 // leaves no cgroup behind (the reaper removes them); the control: they
@@ -174,7 +170,7 @@ func TestRootGVisorKilledLeavesNoCgroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe, killEntry, ws, t.TempDir(), id)
+	cmd := exec.Command(exe, killHelper.Name, ws, t.TempDir(), id)
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

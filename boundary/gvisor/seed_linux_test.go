@@ -13,13 +13,14 @@ import (
 
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/boundary/measure"
+	"github.com/moat-sandbox/moat/internal/reexec/reexectest"
 )
 
-// seedProbeArg makes the test binary, run inside the sentry, make the two
-// syscalls of seed 003 and print what they returned.
-const seedProbeArg = "-gvisor-seed-probe"
+// seedProbeHelper makes the test binary, run inside the sentry, make the
+// two syscalls of seed 003 and print what they returned.
+var seedProbeHelper = reexectest.Helper("gvisor-seed-probe", seedProbe)
 
-func seedProbe() int {
+func seedProbe([]string) int {
 	_, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, 1 /* VERSION */)
 	fmt.Printf("landlock_create_ruleset: %s\n", errnoName(e))
 	// A filter that allows everything, installed with NEW_LISTENER.
@@ -52,7 +53,7 @@ func TestRootGVisorSeedCase(t *testing.T) {
 	defer sb.Terminate()
 
 	var out bytes.Buffer
-	p, err := sb.StartHelper(context.Background(), []string{seedProbeArg}, boundary.Process{Stdout: &out, Stderr: &out})
+	p, err := sb.StartHelper(context.Background(), []string{seedProbeHelper.Name}, boundary.Process{Stdout: &out, Stderr: &out})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -229,7 +229,7 @@ func stagedGrant(dir string, i int) string { return filepath.Join(dir, strconv.I
 func buildSpec(pol *policy.Policy, uid, gid int, plan *grants.Plan, rootfs, grantsDir, moatExe, cgroupsPath string) (*ociSpec, error) {
 	s := &ociSpec{
 		OCIVersion: "1.0.2",
-		Process:    process(pol, uid, gid, []string{moatInside, pauseEntry}, nil, "/"),
+		Process:    process(pol, uid, gid, []string{moatInside, PauseHelper}, nil, "/"),
 		Root:       ociRoot{Path: rootfs, Readonly: true},
 		Hostname:   "moat",
 		Linux: ociLinux{

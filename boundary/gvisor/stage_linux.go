@@ -13,20 +13,17 @@ import (
 	"github.com/moat-sandbox/moat/boundary/seccomp"
 )
 
-// stageEntry runs inside the sentry in front of every process that
+// StageMain runs inside the sentry in front of every process that
 // `runsc exec` starts. runsc applies the spec's seccomp filter to the
 // container's init only, not to exec'd processes (measured: `unshare -U`
 // succeeded in an exec'd shell while the same filter stopped it in the
 // init), so the stage installs moat's own filter, which the sentry
 // enforces, and then executes the target on the same thread.
-const stageEntry = "__moat-gvisor-stage"
-
-func init() { stageRegister() }
-
-// stageMain: `moat __moat-gvisor-stage -- ARGV…`. Exit 127 when the command
+//
+// Usage: `moat __moat-gvisor-stage -- ARGV…`. Exit 127 when the command
 // is not found, 126 when it cannot be executed, 125 when the filter cannot
 // be installed.
-func stageMain(args []string) int {
+func StageMain(args []string) int {
 	if len(args) < 2 || args[0] != "--" {
 		fmt.Fprintln(os.Stderr, "moat: gvisor stage: usage: -- CMD [ARG…]")
 		return 125

@@ -20,21 +20,18 @@ import (
 	"syscall"
 
 	"github.com/moat-sandbox/moat/boundary"
-	_ "github.com/moat-sandbox/moat/boundary/native" // the wrapped backend
+	"github.com/moat-sandbox/moat/boundary/native"
 )
 
-func init() { boundary.Register(backend{}) }
+// New returns the lying backend; internal/cli registers it in test builds.
+func New() boundary.Backend { return backend{} }
 
 type backend struct{}
 
 func (backend) Name() string { return "lying" }
 
 func (backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.Sandbox, error) {
-	nb, err := boundary.Lookup("native")
-	if err != nil {
-		return nil, err
-	}
-	sb, err := nb.Prepare(ctx, spec)
+	sb, err := native.New().Prepare(ctx, spec)
 	if err != nil {
 		return nil, err
 	}

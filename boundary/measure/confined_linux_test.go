@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/moat-sandbox/moat/internal/reexec"
+	"github.com/moat-sandbox/moat/internal/reexec/reexectest"
 	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
@@ -27,9 +27,7 @@ import (
 // filesystem, the empty network namespace walls egress, and the non-root
 // uid with no_new_privs is the privilege floor. No seccomp: a nested user
 // namespace stays possible, and the measurement must say so.
-const confineHelper = "__moat-measure-test-confine"
-
-func init() { reexec.Register(confineHelper, confineAndMeasure) }
+var confineHelper = reexectest.Helper("measure-confine", confineAndMeasure)
 
 // confineAndMeasure: args are rw, ro, the test binary's directory, plan.
 func confineAndMeasure(args []string) int {
@@ -59,7 +57,7 @@ func confineAndMeasure(args []string) int {
 		return 125
 	}
 	exe := "/proc/self/exe"
-	err := unix.Exec(exe, []string{exe, HelperName, args[3]}, os.Environ())
+	err := unix.Exec(exe, []string{exe, Helper, args[3]}, os.Environ())
 	fmt.Fprintln(os.Stderr, "confine: exec:", err)
 	return 125
 }
@@ -185,7 +183,7 @@ func TestProbesUnderConfinement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe, confineHelper, h.rw, h.ro, filepath.Dir(exe), arg)
+	cmd := exec.Command(exe, confineHelper.Name, h.rw, h.ro, filepath.Dir(exe), arg)
 	cmd.Env = []string{"GORACE=atexit_sleep_ms=0"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNET,

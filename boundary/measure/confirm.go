@@ -116,7 +116,7 @@ func Confirm(ctx context.Context, sb boundary.Sandbox, cfg Config) (boundary.Pro
 	// The helper waits for its stdin to close before it exits, so that it
 	// is still there (not reaped) when the backend reads its host pid.
 	stdinR, stdinW := io.Pipe()
-	run, err := sb.StartHelper(ctx, []string{HelperName, arg}, boundary.Process{
+	run, err := sb.StartHelper(ctx, []string{Helper, arg}, boundary.Process{
 		Env: []string{}, Dir: "/", Stdin: stdinR, Stdout: stdout, Stderr: stderr,
 	})
 	if err != nil {

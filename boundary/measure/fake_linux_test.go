@@ -12,14 +12,25 @@ import (
 
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/boundary/attrib"
+	"github.com/moat-sandbox/moat/boundary/native"
+	"github.com/moat-sandbox/moat/internal/reaper"
 	"github.com/moat-sandbox/moat/internal/reexec"
+	"github.com/moat-sandbox/moat/internal/reexec/reexectest"
 )
 
+// TestMain: the test binary is the moat binary of the native sandboxes
+// the tests make and the measurement's helper, so it serves those helpers
+// (as internal/cli/hidden.go lists them) and the tests' own.
 func TestMain(m *testing.M) {
-	if code, ok := reexec.Dispatch(os.Args[1:]); ok {
-		os.Exit(code)
+	boundary.Register(native.New())
+	helpers := []reexec.Helper{
+		{Name: Helper, Main: Main},
+		{Name: native.InitHelper, Main: native.InitMain},
+		{Name: native.StageHelper, Main: native.StageMain},
+		{Name: reaper.Helper, Main: reaper.Main},
+		confineHelper, statxEINVALHelper, receiversHelper,
 	}
-	os.Exit(m.Run())
+	reexectest.Main(m, append(helpers, synthHelpers()...)...)
 }
 
 // lyingMechanisms claim every property, as a backend that enforces

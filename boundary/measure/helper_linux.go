@@ -8,11 +8,7 @@ import (
 
 	"github.com/go-json-experiment/json"
 	"golang.org/x/sys/unix"
-
-	"github.com/moat-sandbox/moat/internal/reexec"
 )
-
-func init() { reexec.Register(HelperName, Main) }
 
 // Helper sub-modes, used by the helper on itself.
 const (
@@ -29,7 +25,7 @@ const probeWorkers = 8
 // diagnostics to stderr. It exits 0 with a report, or 125 without one.
 func Main(args []string) int {
 	if len(args) != 1 {
-		fmt.Fprintf(os.Stderr, "moat: %s: want exactly one argument (the plan), got %d\n", HelperName, len(args))
+		fmt.Fprintf(os.Stderr, "moat: %s: want exactly one argument (the plan), got %d\n", Helper, len(args))
 		return 125
 	}
 	switch args[0] {
@@ -45,7 +41,7 @@ func Main(args []string) int {
 	fds := inheritedFDs()
 	pl, err := decodePlan(args[0])
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "moat: %s: %v\n", HelperName, err)
+		fmt.Fprintf(os.Stderr, "moat: %s: %v\n", Helper, err)
 		return 125
 	}
 	results := make([]result, len(pl.Probes))
@@ -83,11 +79,11 @@ func Main(args []string) int {
 	wg.Wait()
 	b, err := json.Marshal(report{V: 1, Results: results})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "moat: %s: BUG: encoding report: %v\n", HelperName, err)
+		fmt.Fprintf(os.Stderr, "moat: %s: BUG: encoding report: %v\n", Helper, err)
 		return 125
 	}
 	if _, err := os.Stdout.Write(append(b, '\n')); err != nil {
-		fmt.Fprintf(os.Stderr, "moat: %s: writing report: %v\n", HelperName, err)
+		fmt.Fprintf(os.Stderr, "moat: %s: writing report: %v\n", Helper, err)
 		return 125
 	}
 	// Stay until the host has seen this process (it closes stdin once it

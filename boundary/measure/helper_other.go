@@ -9,6 +9,6 @@ import (
 
 // Main is the in-sandbox side of the measurement; it needs Linux.
 func Main(args []string) int {
-	fmt.Fprintf(os.Stderr, "moat: %s: the measurement helper needs Linux\n", HelperName)
+	fmt.Fprintf(os.Stderr, "moat: %s: the measurement helper needs Linux\n", Helper)
 	return 125
 }

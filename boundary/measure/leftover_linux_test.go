@@ -11,28 +11,24 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/internal/reaper"
-	"github.com/moat-sandbox/moat/internal/reexec"
+	"github.com/moat-sandbox/moat/internal/reexec/reexectest"
 )
 
-const receiversEntry = reexec.Prefix + "test-receivers"
-
-func init() {
-	// A measurement's host side, killed mid-measurement: it starts the
-	// reaper and the receivers in the workspace given, then waits.
-	reexec.Register(receiversEntry, func(args []string) int {
-		exe, _ := os.Executable()
-		rp, err := reaper.Start(exe)
-		if err != nil {
-			fmt.Println("reaper:", err)
-			return 1
-		}
-		cfg := Config{ReadWrite: args, Reaper: rp}
-		startReceivers(&cfg, "0123456789abcdef0123")
-		fmt.Println("ready")
-		time.Sleep(time.Hour)
-		return 0
-	})
-}
+// receiversHelper is a measurement's host side, killed mid-measurement: it
+// starts the reaper and the receivers in the workspace given, then waits.
+var receiversHelper = reexectest.Helper("measure-receivers", func(args []string) int {
+	exe, _ := os.Executable()
+	rp, err := reaper.Start(exe)
+	if err != nil {
+		fmt.Println("reaper:", err)
+		return 1
+	}
+	cfg := Config{ReadWrite: args, Reaper: rp}
+	startReceivers(&cfg, "0123456789abcdef0123")
+	fmt.Println("ready")
+	time.Sleep(time.Hour)
+	return 0
+})
 
 // TestReceiversLeaveNothing: the measurement's sockets in a read-write
 // grant are removed even when moat is killed while they exist (they used
@@ -44,7 +40,7 @@ func TestReceiversLeaveNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe, receiversEntry, ws)
+	cmd := exec.Command(exe, receiversHelper.Name, ws)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -13,10 +13,12 @@ import (
 	"github.com/go-json-experiment/json"
 
 	"github.com/moat-sandbox/moat/internal/reaper"
+	"github.com/moat-sandbox/moat/internal/reexec"
 )
 
-// HelperName is the hidden reexec entry point of the in-sandbox side.
-const HelperName = "__moat-measure"
+// Helper is the hidden helper of the moat binary that runs Main, the
+// in-sandbox side; internal/cli/hidden.go lists it.
+const Helper = reexec.Prefix + "measure"
 
 // Limits.
 const (

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/boundary"
-	_ "github.com/moat-sandbox/moat/boundary/native" // registers "native" and its reexec helpers
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/policy"
 )

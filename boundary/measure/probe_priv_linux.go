@@ -140,7 +140,7 @@ func probeIDs(what string, get func() (int, int, int)) (string, string) {
 
 // selfCommand runs this binary again as the helper in sub-mode arg.
 func selfCommand(path, arg string) *exec.Cmd {
-	cmd := exec.Command(path, HelperName, arg)
+	cmd := exec.Command(path, Helper, arg)
 	cmd.Env = []string{}
 	if v, ok := os.LookupEnv("GORACE"); ok { // only tests set it
 		cmd.Env = append(cmd.Env, "GORACE="+v)

@@ -68,12 +68,12 @@ func TestRootSetuidProbe(t *testing.T) {
 		}
 		return res[pl.Probes[0].ID]
 	}
-	if r := run(HelperName, arg); r.Outcome != OutcomeSucceeded {
+	if r := run(Helper, arg); r.Outcome != OutcomeSucceeded {
 		t.Fatalf("control: unconfined uid 65534 executing a setuid-root file: got %s (%s), want the euid raised", r.Outcome, r.Detail)
 	} else {
 		t.Logf("control: %s", r.Detail)
 	}
-	r := run(confineHelper, rw, ro, dir, arg)
+	r := run(confineHelper.Name, rw, ro, dir, arg)
 	if r.Outcome != OutcomeFailed {
 		t.Fatalf("violation under no_new_privs: got %s (%s), want failed", r.Outcome, r.Detail)
 	}

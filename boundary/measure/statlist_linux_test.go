@@ -14,17 +14,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moat-sandbox/moat/boundary"
-	"github.com/moat-sandbox/moat/internal/reexec"
+	"github.com/moat-sandbox/moat/internal/reexec/reexectest"
 )
 
-// statxEINVAL runs the real helper with statx failing EINVAL, as it does
+// statxEINVALHelper runs the real helper with statx failing EINVAL, as it does
 // inside an old runsc (Debian's 20221219): a seccomp filter on this
 // thread, inherited by the helper it executes.
-const statxEINVAL = "__moat-measure-test-statx-einval"
+var statxEINVALHelper = reexectest.Helper("measure-statx-einval", statxEINVAL)
 
-func init() { reexec.Register(statxEINVAL, statxEINVALHelper) }
-
-func statxEINVALHelper(args []string) int {
+func statxEINVAL(args []string) int {
 	if len(args) != 1 {
 		fmt.Fprintln(os.Stderr, "statx-einval: want the plan")
 		return 125
@@ -51,7 +49,7 @@ func statxEINVALHelper(args []string) int {
 		return 125
 	}
 	exe := "/proc/self/exe"
-	err := unix.Exec(exe, []string{exe, HelperName, args[0]}, os.Environ())
+	err := unix.Exec(exe, []string{exe, Helper, args[0]}, os.Environ())
 	fmt.Fprintln(os.Stderr, "statx-einval: exec:", err)
 	return 125
 }
@@ -100,13 +98,13 @@ func TestStatListControl(t *testing.T) {
 		return res
 	}
 	// Control: the plain helper does the work.
-	for id, r := range run(HelperName, arg) {
+	for id, r := range run(Helper, arg) {
 		if r.Outcome != OutcomeSucceeded {
 			t.Errorf("control %s: %s (%s)", id, r.Outcome, r.Detail)
 		}
 	}
 	// statx failing EINVAL: every probe fails and says why.
-	res := run(statxEINVAL, arg)
+	res := run(statxEINVALHelper.Name, arg)
 	rep := &Report{}
 	for _, p := range pl.Probes {
 		r := res[p.ID]

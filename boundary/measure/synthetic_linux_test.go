@@ -16,8 +16,8 @@ import (
 )
 
 // Synthetic helpers stand in for the real one, to test how Confirm judges
-// reports: the mode is part of the helper name.
-const synthPrefix = "__moat-measure-test-"
+// reports: the mode is part of the helper name (synthName).
+func synthName(mode string) string { return reexec.Prefix + "test-measure-" + mode }
 
 var synthModes = []string{
 	"perfect",       // every violation failed, every control succeeded, broker greeted
@@ -39,14 +39,15 @@ var synthModes = []string{
 // hangMode never answers; it is run by TestConfirmHelperHangs only.
 const hangMode = "hang"
 
-func init() {
-	reexec.Register(synthPrefix+hangMode, func([]string) int {
+func synthHelpers() []reexec.Helper {
+	h := []reexec.Helper{{Name: synthName(hangMode), Main: func([]string) int {
 		time.Sleep(time.Hour)
 		return 0
-	})
+	}}}
 	for _, m := range synthModes {
-		reexec.Register(synthPrefix+m, func(args []string) int { return synthHelper(m, args) })
+		h = append(h, reexec.Helper{Name: synthName(m), Main: func(args []string) int { return synthHelper(m, args) }})
 	}
+	return h
 }
 
 func synthHelper(mode string, args []string) int {
@@ -118,7 +119,7 @@ func TestConfirmJudgesReports(t *testing.T) {
 	for _, mode := range synthModes {
 		t.Run(mode, func(t *testing.T) {
 			sb := newFakeSandbox(t)
-			sb.helper = synthPrefix + mode
+			sb.helper = synthName(mode)
 			props, rep, err := Confirm(context.Background(), sb, h.config())
 			if err != nil {
 				t.Fatalf("Confirm: %v", err)
@@ -163,7 +164,7 @@ func TestConfirmJudgesReports(t *testing.T) {
 func TestConfirmHelperHangs(t *testing.T) {
 	h := newHostSetup(t)
 	sb := newFakeSandbox(t)
-	sb.helper = synthPrefix + hangMode
+	sb.helper = synthName(hangMode)
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	start := time.Now()

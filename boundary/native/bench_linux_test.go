@@ -35,7 +35,7 @@ func BenchmarkStartWait(b *testing.B) {
 	}
 	defer sb.Terminate()
 	for b.Loop() {
-		p, err := sb.Start(context.Background(), boundary.Process{Argv: []string{f.bin}, Env: []string{actionEnv + "=exit"}})
+		p, err := sb.Start(context.Background(), boundary.Process{Argv: append([]string{f.bin}, actionArgs("exit")...)})
 		if err != nil {
 			b.Fatal(err)
 		}

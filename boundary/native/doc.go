@@ -5,7 +5,7 @@
 // # Processes
 //
 // The supervisor (moat) starts the sandbox init by re-executing its own
-// binary as the hidden helper __moat-init, from an OS thread that stays
+// binary as the hidden helper __moat-native-init, from an OS thread that stays
 // locked for the sandbox's lifetime: Go's Pdeathsig fires when the thread
 // that started the child exits, not the process. The init gets new user,
 // mount, PID, network, IPC, UTS and cgroup namespaces, uid/gid 0 mapped to
@@ -32,7 +32,7 @@
 // and the PID namespace takes every process of the sandbox with it.
 //
 // Each process (workload, measurement helper) is started by the init as
-// the helper __moat-stage, exec'd through an fd of the moat binary opened
+// the helper __moat-native-stage, exec'd through an fd of the moat binary opened
 // before pivot_root (the binary is not in the sandbox's root), in a
 // further user namespace that maps the policy's uid/gid to the init's root.
 // The stage locks its thread, sets RLIMIT_CORE 0 and RLIMIT_NOFILE, caps

@@ -20,23 +20,40 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/internal/reaper"
 	"github.com/moat-sandbox/moat/internal/reexec"
+	"github.com/moat-sandbox/moat/internal/reexec/reexectest"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/policy"
 )
 
-// actionEnv selects what the test binary does when it runs as a workload
-// inside a sandbox (or as a supervisor subprocess).
-const actionEnv = "MOAT_NATIVE_TEST_ACTION"
+// actionHelper is the test binary as a workload inside a sandbox (or as a
+// supervisor subprocess): its first argument is the action (runAction).
+const actionHelper = reexec.Prefix + "test-native-action"
 
+func actionMain(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "want an action")
+		return 3
+	}
+	return runAction(args[0], args[1:])
+}
+
+// actionArgs are the arguments after the binary that run action.
+func actionArgs(action string, args ...string) []string {
+	return append([]string{actionHelper, action}, args...)
+}
+
+// TestMain: the test binary is the moat binary of the sandboxes the tests
+// make, so it serves the helpers they start (as internal/cli/hidden.go
+// lists them) and the tests' own.
 func TestMain(m *testing.M) {
-	if code, ok := reexec.Dispatch(os.Args[1:]); ok {
-		os.Exit(code)
-	}
-	if a := os.Getenv(actionEnv); a != "" {
-		os.Exit(runAction(a, os.Args[1:]))
-	}
-	os.Exit(m.Run())
+	boundary.Register(New())
+	reexectest.Main(m,
+		reexec.Helper{Name: InitHelper, Main: InitMain},
+		reexec.Helper{Name: StageHelper, Main: StageMain},
+		reexec.Helper{Name: reaper.Helper, Main: reaper.Main},
+		reexec.Helper{Name: actionHelper, Main: actionMain})
 }
 
 // runAction is the test binary acting as a workload or helper process.
@@ -55,8 +72,7 @@ func runAction(action string, args []string) int {
 		return n
 	case "doublefork":
 		// A setsid'd child that starts a setsid'd grandchild and exits.
-		c := exec.Command("/proc/self/exe", args...)
-		c.Env = append(os.Environ(), actionEnv+"=fork1")
+		c := exec.Command("/proc/self/exe", actionArgs("fork1", args...)...)
 		c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 		if err := c.Run(); err != nil {
 			fmt.Println("doublefork:", err)
@@ -66,8 +82,7 @@ func runAction(action string, args []string) int {
 		time.Sleep(time.Hour)
 		return 0
 	case "fork1":
-		c := exec.Command("/proc/self/exe", args...)
-		c.Env = append(os.Environ(), actionEnv+"=sleep")
+		c := exec.Command("/proc/self/exe", actionArgs("sleep", args...)...)
 		c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 		if err := c.Start(); err != nil {
 			return 1
@@ -92,8 +107,8 @@ func runAction(action string, args []string) int {
 		var started, failed int
 		var procs []*os.Process
 		for i := 0; i < n; i++ {
-			c := exec.Command("/proc/self/exe")
-			c.Env = []string{actionEnv + "=sleep"}
+			c := exec.Command("/proc/self/exe", actionArgs("sleep")...)
+			c.Env = []string{}
 			if err := c.Start(); err != nil {
 				failed++
 				continue
@@ -272,8 +287,8 @@ func doOp(spec string) string {
 	case "clone-user":
 		// A child in a new user namespace (unshare would fail with EINVAL
 		// in a multi-threaded Go process whatever the walls).
-		c := exec.Command("/proc/self/exe")
-		c.Env = []string{actionEnv + "=exit"}
+		c := exec.Command("/proc/self/exe", actionArgs("exit")...)
+		c.Env = []string{}
 		c.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWUSER}
 		return res("", c.Run())
 	case "unshare-user":
@@ -332,8 +347,8 @@ func needSandbox(t testing.TB) {
 // child's id maps (Prepare handles that for its own children).
 var usernsWorks = sync.OnceValue(func() bool {
 	c := exec.Command("/proc/self/exe")
-	c.Env = []string{actionEnv + "=exit"}
-	c.Args = []string{"x", "0"}
+	c.Env = []string{}
+	c.Args = append([]string{"x"}, actionArgs("exit", "0")...)
 	c.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET,
 		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}},
 		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}}
@@ -422,8 +437,8 @@ func (f *fixture) run(t *testing.T, sb boundary.Sandbox, action string, args ...
 	t.Helper()
 	var out, errb bytes.Buffer
 	p, err := sb.Start(context.Background(), boundary.Process{
-		Argv:   append([]string{f.bin}, args...),
-		Env:    []string{actionEnv + "=" + action, "PATH=/usr/bin:/bin"},
+		Argv:   append([]string{f.bin}, actionArgs(action, args...)...),
+		Env:    []string{"PATH=/usr/bin:/bin"},
 		Stdout: &out, Stderr: &errb,
 	})
 	if err != nil {

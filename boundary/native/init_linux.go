@@ -16,19 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moat-sandbox/moat/internal/grants"
-	"github.com/moat-sandbox/moat/internal/reexec"
 )
-
-// Hidden helper names (see internal/reexec).
-const (
-	initHelper  = reexec.Prefix + "init"
-	stageHelper = reexec.Prefix + "stage"
-)
-
-func init() {
-	reexec.Register(initHelper, runInit)
-	reexec.Register(stageHelper, runStage)
-}
 
 // File descriptors the supervisor gives the init.
 const (
@@ -69,8 +57,8 @@ type initConfig struct {
 	Seccomp   bool      `json:"seccomp"`
 }
 
-// runInit is pid 1 of the sandbox.
-func runInit(args []string) int {
+// InitMain is pid 1 of the sandbox.
+func InitMain(args []string) int {
 	// Only the fds named above may survive into the sandbox: whatever
 	// moat itself inherited without close-on-exec goes now, before the
 	// runtime opens anything of its own.
@@ -295,7 +283,7 @@ func (in *initState) start(m ctlMsg, files []*os.File) {
 		},
 	}
 	in.mu.Lock()
-	p, err := os.StartProcess("/proc/self/fd/"+strconv.Itoa(in.exeFD), []string{"moat", stageHelper, strconv.Itoa(len(in.rules))}, attr)
+	p, err := os.StartProcess("/proc/self/fd/"+strconv.Itoa(in.exeFD), []string{"moat", StageHelper, strconv.Itoa(len(in.rules))}, attr)
 	pidfd, pid := -1, 0
 	var ip *initProc
 	// Every process this start makes lives in the stage's user namespace

@@ -39,7 +39,7 @@ func superviseAction(args []string) int {
 		return 1
 	}
 	r, w, _ := os.Pipe()
-	_, err = sb.Start(context.Background(), boundary.Process{Argv: args, Env: []string{actionEnv + "=doublefork"}, Stdout: w})
+	_, err = sb.Start(context.Background(), boundary.Process{Argv: append(args[:1:1], actionArgs("doublefork", args[1:]...)...), Stdout: w})
 	w.Close()
 	if err != nil {
 		fmt.Println("start:", err)
@@ -75,9 +75,8 @@ func TestSupervisorKillTakesSandboxDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(f.bin)
-	cmd.Env = append(os.Environ(), actionEnv+"=supervise", policyEnv+"="+string(pj))
-	cmd.Args = []string{f.bin, f.bin, marker}
+	cmd := exec.Command(f.bin, actionArgs("supervise", f.bin, marker)...)
+	cmd.Env = append(os.Environ(), policyEnv+"="+string(pj))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +136,7 @@ func TestTTY(t *testing.T) {
 	}
 	defer slave.Close()
 	sb := f.prepare(t)
-	p, err := sb.Start(context.Background(), boundary.Process{Argv: []string{f.bin, "tty"}, Env: []string{actionEnv + "=ops"}, TTY: slave})
+	p, err := sb.Start(context.Background(), boundary.Process{Argv: append([]string{f.bin}, actionArgs("ops", "tty")...), TTY: slave})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +176,7 @@ func TestExecLeavesNothingRunning(t *testing.T) {
 	marker := fmt.Sprintf("moat-linger-%d-%d", os.Getpid(), time.Now().UnixNano())
 	r, w, _ := os.Pipe()
 	defer r.Close()
-	p, err := sb.Start(context.Background(), boundary.Process{Argv: []string{f.bin, marker}, Env: []string{actionEnv + "=doublefork"}, Stdout: w})
+	p, err := sb.Start(context.Background(), boundary.Process{Argv: append([]string{f.bin}, actionArgs("doublefork", marker)...), Stdout: w})
 	w.Close()
 	if err != nil {
 		t.Fatal(err)

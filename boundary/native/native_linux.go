@@ -198,7 +198,7 @@ func (sb *sandbox) startInit(ctx context.Context, cfg *initConfig, hostUID, host
 	defer exe.Close()
 	cmd := &exec.Cmd{
 		Path:       "/proc/self/fd/" + strconv.Itoa(initExeFD),
-		Args:       []string{"moat", initHelper},
+		Args:       []string{"moat", InitHelper},
 		Env:        []string{},
 		Dir:        "/",
 		ExtraFiles: []*os.File{cfgR, child, exe}, // fds 3, 4, 5
@@ -278,7 +278,8 @@ func (sb *sandbox) startInit(ctx context.Context, cfg *initConfig, hostUID, host
 	}
 }
 
-func init() { boundary.Register(backend{}) }
+// New returns the native backend; internal/cli/hidden.go registers it.
+func New() boundary.Backend { return backend{} }
 
 // dumpMu serializes the moments when the supervisor is dumpable.
 var dumpMu sync.Mutex

@@ -42,7 +42,7 @@ func TestIdentityAndPrivilege(t *testing.T) {
 	wantPrefix(t, res, "read:/proc/sys/user/max_user_namespaces", "ok 0")
 
 	// Privilege and kernel-surface syscalls fail; a plain socket works.
-	sleeper, err := sb.Start(context.Background(), boundary.Process{Argv: []string{f.bin}, Env: []string{actionEnv + "=sleep"}})
+	sleeper, err := sb.Start(context.Background(), boundary.Process{Argv: append([]string{f.bin}, actionArgs("sleep")...)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +404,7 @@ func TestExitCodes(t *testing.T) {
 		}
 	}
 	// A signal comes back as 128+signal.
-	p, err := sb.Start(context.Background(), boundary.Process{Argv: []string{f.bin}, Env: []string{actionEnv + "=sleep"}})
+	p, err := sb.Start(context.Background(), boundary.Process{Argv: append([]string{f.bin}, actionArgs("sleep")...)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,16 +445,16 @@ func TestStartHelper(t *testing.T) {
 	var out bytes.Buffer
 	// The helper is this test binary run through the fd the init holds; it
 	// is not in the sandbox root.
-	p, err := sb.StartHelper(context.Background(), []string{"ignored"}, boundary.Process{
-		Env: []string{actionEnv + "=ops"}, Stdout: &out})
+	p, err := sb.StartHelper(context.Background(), actionArgs("ops", "ignored"), boundary.Process{
+		Stdout: &out})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if code, _ := p.Wait(); code != 0 {
 		t.Fatalf("helper exited %d", code)
 	}
-	p, err = sb.StartHelper(context.Background(), []string{"id", "status", "stat:" + f.binDir}, boundary.Process{
-		Env: []string{actionEnv + "=ops"}, Stdout: &out})
+	p, err = sb.StartHelper(context.Background(), actionArgs("ops", "id", "status", "stat:"+f.binDir), boundary.Process{
+		Stdout: &out})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -703,14 +703,14 @@ func TestRuntimeFilesForHelpersOnly(t *testing.T) {
 	f.pol.Filesystem.ReadOnly = []string{f.binDir}
 	sb := f.prepare(t)
 	var out bytes.Buffer
-	p, err := sb.StartHelper(context.Background(), []string{"id"}, boundary.Process{Env: []string{actionEnv + "=ops"}, Stdout: &out})
+	p, err := sb.StartHelper(context.Background(), actionArgs("ops", "id"), boundary.Process{Stdout: &out})
 	if err != nil {
 		t.Fatalf("control: moat's helper: %v", err)
 	}
 	if code, _ := p.Wait(); code != 0 || !strings.Contains(out.String(), "id ok 1000:1000") {
 		t.Fatalf("control: moat's helper exited %d: %q", code, out.String())
 	}
-	_, err = sb.Start(context.Background(), boundary.Process{Argv: []string{f.bin}, Env: []string{actionEnv + "=exit"}})
+	_, err = sb.Start(context.Background(), boundary.Process{Argv: append([]string{f.bin}, actionArgs("exit")...)})
 	var se *boundary.StartError
 	if !errors.As(err, &se) || se.Code != 126 {
 		t.Errorf("the workload through moat's runtime files: got %v, want a StartError 126 (Landlock keeps it from the loader)", err)

@@ -6,6 +6,7 @@ import (
 	"context"
 
 	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/internal/reexec"
 )
 
 type backend struct{}
@@ -20,4 +21,11 @@ func (backend) Prepare(context.Context, boundary.Spec) (boundary.Sandbox, error)
 // LandlockABI is 0 off Linux.
 func LandlockABI() int { return 0 }
 
-func init() { boundary.Register(backend{}) }
+// New returns the native backend; internal/cli/hidden.go registers it.
+func New() boundary.Backend { return backend{} }
+
+// InitMain is the sandbox init; it needs Linux.
+func InitMain([]string) int { return reexec.Unsupported(InitHelper) }
+
+// StageMain is the in-sandbox stage; it needs Linux.
+func StageMain([]string) int { return reexec.Unsupported(StageHelper) }

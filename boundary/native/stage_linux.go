@@ -38,10 +38,10 @@ type stageReport struct {
 // bounding set when /proc/sys/kernel/cap_last_cap cannot be read.
 const capLastCapMax = 63
 
-// runStage runs in a fresh user namespace (uid/gid from the policy, mapped
+// StageMain runs in a fresh user namespace (uid/gid from the policy, mapped
 // to the init's root) with CAP_SETPCAP and CAP_SYS_RESOURCE as ambient
 // capabilities. It confines its own thread and execs the target from it.
-func runStage(args []string) int {
+func StageMain(args []string) int {
 	runtime.LockOSThread() // never unlocked: Landlock and seccomp are per thread
 	nrules := 0
 	if len(args) == 1 {

@@ -11,16 +11,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/moat-sandbox/moat/evidence"
-	"github.com/moat-sandbox/moat/evidence/probe"
-	"github.com/moat-sandbox/moat/internal/reexec"
 )
 
-func init() {
-	addCommand(newDemoCmd)
-	// The demo's agent runs inside the sandbox as this binary's hidden
-	// helper, so `go run ./cmd/moat demo` needs no second binary.
-	reexec.Register(evidence.DemoAgentHelper, func(args []string) int { return probe.Main(args, os.Stdout) })
-}
+func init() { addCommand(newDemoCmd) }
 
 func newDemoCmd() *cobra.Command {
 	var out, backend string

@@ -2,7 +2,12 @@
 
 package cli
 
+import (
+	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/boundary/lying"
+)
+
 // Test builds only (go build -tags moat_lying_backend): a backend that
 // claims every property and enforces none for the workload, so that tests
 // can show the conformance suite catching it.
-import _ "github.com/moat-sandbox/moat/boundary/lying"
+func testBackends() []boundary.Backend { return []boundary.Backend{lying.New()} }

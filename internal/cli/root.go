@@ -62,6 +62,7 @@ func addCommand(f func() *cobra.Command) { commands = append(commands, f) }
 
 // NewRoot builds the root command.
 func NewRoot() *cobra.Command {
+	registerBackends()
 	root := &cobra.Command{
 		Use:   "moat",
 		Short: "Run untrusted AI agents with one controlled way out, and signed evidence",
@@ -107,7 +108,8 @@ func addLogLevelFlag(cmd *cobra.Command) {
 
 // Main runs moat with args (without the program name) and returns the exit code.
 func Main(args []string) int {
-	if code, ok := reexec.Dispatch(args); ok {
+	registerBackends()
+	if code, ok := reexec.Dispatch(args, hidden); ok {
 		return code
 	}
 	root := NewRoot()

@@ -11,8 +11,6 @@ import (
 
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/boundary"
-	_ "github.com/moat-sandbox/moat/boundary/gvisor" // registers the gvisor backend
-	_ "github.com/moat-sandbox/moat/boundary/native" // registers the native backend
 	"github.com/moat-sandbox/moat/internal/term"
 	"github.com/moat-sandbox/moat/policy"
 	"github.com/moat-sandbox/moat/sandbox"

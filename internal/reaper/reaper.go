@@ -48,10 +48,9 @@ import (
 	"github.com/moat-sandbox/moat/internal/reexec"
 )
 
-// HelperName is the hidden helper.
-const HelperName = reexec.Prefix + "reaper"
-
-func init() { reexec.Register(HelperName, helperMain) }
+// Helper is the hidden helper of the moat binary that runs Main;
+// internal/cli/hidden.go lists it.
+const Helper = reexec.Prefix + "reaper"
 
 // Limits of the helper.
 const (
@@ -78,7 +77,7 @@ func Start(exe string) (*Reaper, error) {
 	defer r.Close()
 	cmd := &exec.Cmd{
 		Path:        exe,
-		Args:        []string{"moat", HelperName},
+		Args:        []string{"moat", Helper},
 		Env:         []string{},
 		Dir:         "/",
 		ExtraFiles:  []*os.File{r}, // fd 3
@@ -151,8 +150,8 @@ type entry struct {
 // waitTimeout bounds how long the reaper waits for a sandbox's init.
 const waitTimeout = 20 * time.Second
 
-// helperMain reads records until moat is gone, then removes what is owned.
-func helperMain([]string) int {
+// Main reads records until moat is gone, then removes what is owned.
+func Main([]string) int {
 	f := os.NewFile(3, "reaper")
 	var pidfds []int
 	owned, err := read(f, func(pid int) {

@@ -1,46 +1,70 @@
 // Package reexec lets moat re-run its own binary as a hidden helper (the
 // sandbox init, the in-sandbox stage that applies Landlock and seccomp, the
-// measurement). Helpers register under a name that starts with "__moat-";
-// main dispatches to them before any CLI parsing happens.
+// measurement). Each helper has a name that starts with "__moat-" and an
+// entry function exported by the package that owns it; the one list of them
+// is internal/cli/hidden.go, and main dispatches to it before any CLI
+// parsing happens. There is no registry filled from init functions: a test
+// binary that re-runs itself lists the helpers it needs in its own TestMain
+// (see reexectest).
 package reexec
 
 import (
+	"fmt"
+	"os"
 	"strings"
-	"sync"
-)
-
-var (
-	mu       sync.Mutex
-	handlers = map[string]func(args []string) int{}
 )
 
 // Prefix starts every helper name, so that no user command can collide.
 const Prefix = "__moat-"
 
-// Register adds a helper. name must start with Prefix.
-func Register(name string, fn func(args []string) int) {
-	if !strings.HasPrefix(name, Prefix) {
-		panic("BUG: reexec helper name without prefix: " + name)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if _, dup := handlers[name]; dup {
-		panic("BUG: reexec helper registered twice: " + name)
-	}
-	handlers[name] = fn
+// ExitUsage is what Dispatch returns for a helper name it does not know, and
+// what Unsupported returns.
+const ExitUsage = 125
+
+// Helper is one hidden entry point of the moat binary.
+type Helper struct {
+	Name string                  // starts with Prefix
+	Main func(args []string) int // args without the name; returns the exit code
 }
 
-// Dispatch runs the helper named by args[0], if any. handled is false when
-// args do not name a helper.
-func Dispatch(args []string) (code int, handled bool) {
+// Check reports a helper list that Dispatch cannot serve unambiguously: a
+// name without Prefix, a nil Main, or a name listed twice.
+func Check(helpers []Helper) error {
+	seen := make(map[string]bool, len(helpers))
+	for _, h := range helpers {
+		switch {
+		case !strings.HasPrefix(h.Name, Prefix) || len(h.Name) == len(Prefix):
+			return fmt.Errorf("reexec helper name %q does not start with %q and a name", h.Name, Prefix)
+		case h.Main == nil:
+			return fmt.Errorf("reexec helper %q has no entry function", h.Name)
+		case seen[h.Name]:
+			return fmt.Errorf("reexec helper %q listed twice", h.Name)
+		}
+		seen[h.Name] = true
+	}
+	return nil
+}
+
+// Dispatch runs the helper named by args[0], if args[0] starts with Prefix.
+// handled is false when args do not name a helper. A name with the prefix
+// that is not in helpers exits ExitUsage, so that a hidden name never falls
+// through to the CLI.
+func Dispatch(args []string, helpers []Helper) (code int, handled bool) {
 	if len(args) == 0 || !strings.HasPrefix(args[0], Prefix) {
 		return 0, false
 	}
-	mu.Lock()
-	fn, ok := handlers[args[0]]
-	mu.Unlock()
-	if !ok {
-		return 125, true
+	for _, h := range helpers {
+		if h.Name == args[0] {
+			return h.Main(args[1:]), true
+		}
 	}
-	return fn(args[1:]), true
+	fmt.Fprintf(os.Stderr, "moat: unknown hidden helper %q\n", args[0])
+	return ExitUsage, true
+}
+
+// Unsupported is the entry function of a Linux-only helper elsewhere: it
+// says so on stderr and returns ExitUsage.
+func Unsupported(name string) int {
+	fmt.Fprintf(os.Stderr, "moat: %s: this helper needs Linux\n", name)
+	return ExitUsage
 }

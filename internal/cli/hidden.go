@@ -1,0 +1,70 @@
+package cli
+
+import (
+	"os"
+	"sync"
+
+	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/boundary/gvisor"
+	"github.com/moat-sandbox/moat/boundary/measure"
+	"github.com/moat-sandbox/moat/boundary/native"
+	"github.com/moat-sandbox/moat/conformance"
+	"github.com/moat-sandbox/moat/evidence"
+	"github.com/moat-sandbox/moat/evidence/probe"
+	"github.com/moat-sandbox/moat/internal/reaper"
+	"github.com/moat-sandbox/moat/internal/reexec"
+	"github.com/moat-sandbox/moat/sandbox"
+)
+
+// hidden is every hidden helper of the moat binary: moat re-runs itself
+// (os.Executable, or an fd of it) with the helper's name as the first
+// argument, and Main dispatches here before any CLI parsing. Each package
+// owns its helper's name (reexec.Prefix + "…") and exports its entry
+// function; this list is the only place they meet. TestHiddenListed checks
+// that every such name in the module is listed.
+var hidden = []reexec.Helper{
+	// The sandbox lifecycle (package sandbox, internal/reaper).
+	{Name: sandbox.SupervisorHelper, Main: sandbox.SupervisorMain}, // per sandbox: namespaces, broker, journal, control socket
+	{Name: reaper.Helper, Main: reaper.Main},                       // removes what moat owned if moat dies
+
+	// The native backend.
+	{Name: native.InitHelper, Main: native.InitMain},   // pid 1 of the sandbox
+	{Name: native.StageHelper, Main: native.StageMain}, // applies Landlock and seccomp, execs the workload
+
+	// The gVisor backend.
+	{Name: gvisor.InitHelper, Main: gvisor.InitMain},   // owns the namespaces, runs runsc
+	{Name: gvisor.PauseHelper, Main: gvisor.PauseMain}, // the container's init inside the sentry
+	{Name: gvisor.StageHelper, Main: gvisor.StageMain}, // moat's seccomp filter in front of each runsc exec
+
+	// The measurement, inside every sandbox before the workload starts.
+	{Name: measure.Helper, Main: measure.Main},
+
+	// moat demo: the agent, so that `go run ./cmd/moat demo` needs no second binary.
+	{Name: evidence.DemoAgentHelper, Main: demoAgentMain},
+
+	// moat conformance: the suite's probe, setuid check and receiver.
+	{Name: conformance.ProbeHelper, Main: conformance.ProbeMain},
+	{Name: conformance.EUIDHelper, Main: conformance.EUIDMain},
+	{Name: conformance.ReceiverHelper, Main: conformance.ReceiverMain},
+}
+
+func demoAgentMain(args []string) int { return probe.Main(args, os.Stdout) }
+
+// backends is every sandbox backend of this binary. testBackends is empty
+// except in builds tagged moat_lying_backend (lying.go).
+func backends() []boundary.Backend {
+	return append([]boundary.Backend{native.New(), gvisor.New()}, testBackends()...)
+}
+
+var registerOnce sync.Once
+
+// registerBackends makes backends known to boundary.Lookup, once; Main and
+// NewRoot call it, before a helper (the supervisor looks its backend up)
+// or a command runs.
+func registerBackends() {
+	registerOnce.Do(func() {
+		for _, b := range backends() {
+			boundary.Register(b)
+		}
+	})
+}
