@@ -13,22 +13,21 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/internal/reexec/reexectest"
 	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
-// childEnv makes the re-executed test binary a client that connects to the
-// address in the variable, then waits until the connection is closed.
-const childEnv = "MOAT_ATTRIB_TEST_CONNECT"
+// clientHelper makes the re-executed test binary a client that connects
+// to the address given, then waits until the connection is closed.
+var clientHelper = reexectest.Helper("attrib-client", runChild)
 
-func TestMain(m *testing.M) {
-	if addr := os.Getenv(childEnv); addr != "" {
-		os.Exit(runChild(addr))
+func TestMain(m *testing.M) { reexectest.Main(m, clientHelper) }
+
+func runChild(args []string) int {
+	if len(args) != 1 {
+		return 2
 	}
-	os.Exit(m.Run())
-}
-
-func runChild(addr string) int {
-	c, err := net.Dial("tcp", addr)
+	c, err := net.Dial("tcp", args[0])
 	if err != nil {
 		return 3
 	}
@@ -95,8 +94,8 @@ func TestAttributeChildProcess(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer ln.Close()
-			cmd := exec.Command(exe)
-			cmd.Env = []string{childEnv + "=" + ln.Addr().String()}
+			cmd := exec.Command(exe, clientHelper.Name, ln.Addr().String())
+			cmd.Env = []string{}
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -143,8 +142,8 @@ func TestAttributeUnavailable(t *testing.T) {
 	exe, _ := selfSHA256(t)
 
 	t.Run("peer exited", func(t *testing.T) {
-		cmd := exec.Command(exe)
-		cmd.Env = []string{childEnv + "=" + ln.Addr().String()}
+		cmd := exec.Command(exe, clientHelper.Name, ln.Addr().String())
+		cmd.Env = []string{}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}

@@ -11,17 +11,18 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/moat-sandbox/moat/internal/reexec/reexectest"
 	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
-const openTreeChild = "MOAT_GRANTS_TEST_OPEN_TREE_CHILD"
-
-func TestMain(m *testing.M) {
-	if p := os.Getenv(openTreeChild); p != "" {
-		os.Exit(openTreeMain(p))
+var openTreeHelper = reexectest.Helper("grants-open-tree", func(args []string) int {
+	if len(args) != 1 {
+		return 2
 	}
-	os.Exit(m.Run())
-}
+	return openTreeMain(args[0])
+})
+
+func TestMain(m *testing.M) { reexectest.Main(m, openTreeHelper) }
 
 // openTreeMain runs in a new user and mount namespace: it tries open_tree
 // on fd 3 (opened by the parent, in the parent's mount namespace) and on
@@ -61,8 +62,7 @@ func TestOpenTreeAcrossNamespaces(t *testing.T) {
 	}
 	defer f.Close()
 	self, _ := os.Executable()
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), openTreeChild+"="+dir)
+	cmd := exec.Command(self, openTreeHelper.Name, dir)
 	cmd.ExtraFiles = []*os.File{f}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,

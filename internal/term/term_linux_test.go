@@ -12,22 +12,18 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/moat-sandbox/moat/internal/reexec/reexectest"
 	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
-const workloadEnv = "MOAT_TERM_TEST_WORKLOAD"
-
-// TestMain doubles the test binary as the workload: on its stdin
+// workloadHelper doubles the test binary as the workload: on its stdin
 // terminal it reads a line, then turns echo off, sets the window size to
 // 7x5, sets O_NONBLOCK and TIOCEXCL, and says each.
-func TestMain(m *testing.M) {
-	if os.Getenv(workloadEnv) == "1" {
-		os.Exit(workload())
-	}
-	os.Exit(m.Run())
-}
+var workloadHelper = reexectest.Helper("term-workload", workload)
 
-func workload() int {
+func TestMain(m *testing.M) { reexectest.Main(m, workloadHelper) }
+
+func workload([]string) int {
 	if _, err := unix.IoctlGetTermios(0, unix.TCGETS); err == nil {
 		fmt.Println("isatty yes")
 	}
@@ -129,8 +125,7 @@ func TestRelayKeepsCallerTerminal(t *testing.T) {
 	if ws, _ := unix.IoctlGetWinsize(int(r.Slave().Fd()), unix.TIOCGWINSZ); ws.Row != 31 || ws.Col != 97 {
 		t.Errorf("the pty's window size %dx%d is not the caller's 97x31", ws.Col, ws.Row)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), workloadEnv+"=1")
+	cmd := reexectest.Command(workloadHelper.Name)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = r.Slave(), r.Slave(), r.Slave()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
 	if err := cmd.Start(); err != nil {
@@ -167,8 +162,7 @@ func TestRelayKeepsCallerTerminal(t *testing.T) {
 func TestDirectTerminalIsChanged(t *testing.T) {
 	emu, tty := callerTTY(t)
 	before := stateOf(t, tty)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), workloadEnv+"=1")
+	cmd := reexectest.Command(workloadHelper.Name)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 	done := make(chan error, 1)
 	go func() { done <- cmd.Run() }()
