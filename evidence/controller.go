@@ -126,7 +126,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		Source:  sourceInfo(o.Binary, o.SourceCommit),
 		Kernel:  kernelRelease(), Arch: runtime.GOARCH, LandlockABI: landlockABI(),
 		Backend: o.Backend, ControllerUID: os.Geteuid(),
-		SuitePublicKey: string(PublicKeyPEM(pub)), SuiteKeyID: KeyID(pub),
+		SuitePublicKey: string(publicKeyPEM(pub)), SuiteKeyID: keyIDOf(pub),
 		Started: started.Format(time.RFC3339Nano),
 	}
 	if rep.Backend == "" {
@@ -159,7 +159,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	for _, c := range s.creds {
 		creds = append(creds, c)
 	}
-	return &Result{Report: rep, ManifestSHA256: msha, SuitePublicKey: PublicKeyPEM(pub), Credentials: creds}, nil
+	return &Result{Report: rep, ManifestSHA256: msha, SuitePublicKey: publicKeyPEM(pub), Credentials: creds}, nil
 }
 
 // plan returns the selected cases in the fixed order.
@@ -197,7 +197,7 @@ func (s *suite) prepare() error {
 		return fmt.Errorf("refused: output directory %s is not empty; give a new directory", out)
 	}
 	for _, g := range systemReadOnly {
-		if within(out, g) {
+		if fsutil.Within(out, g) {
 			return fmt.Errorf("refused: output directory %s lies inside %s, which the sandbox can see; choose a directory outside it", out, g)
 		}
 	}
@@ -208,7 +208,7 @@ func (s *suite) prepare() error {
 	if err != nil {
 		return err
 	}
-	if within(s.scratch, out) || within(out, s.scratch) {
+	if fsutil.Within(s.scratch, out) || fsutil.Within(out, s.scratch) {
 		return fmt.Errorf("refused: output directory %s overlaps the suite's scratch %s", out, s.scratch)
 	}
 	os.Chmod(s.scratch, 0o755)
@@ -222,11 +222,6 @@ func (s *suite) prepare() error {
 	}
 	s.creds = map[string]string{"anthropic": "sk-ant-synthetic-" + randHex(24), "openai": "sk-synthetic-" + randHex(24)}
 	return nil
-}
-
-func within(p, dir string) bool {
-	rel, err := filepath.Rel(dir, p)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
 func randHex(n int) string {
@@ -288,7 +283,7 @@ var errNoRunInfo = errors.New("moat exited before writing its run info")
 // rep.SuitePublicKey and rep.SuiteKeyID are set from priv.
 func FinishBundle(out string, rep *Report, priv ed25519.PrivateKey) (string, error) {
 	pub := priv.Public().(ed25519.PublicKey)
-	rep.SuitePublicKey, rep.SuiteKeyID = string(PublicKeyPEM(pub)), KeyID(pub)
+	rep.SuitePublicKey, rep.SuiteKeyID = string(publicKeyPEM(pub)), keyIDOf(pub)
 	rep.Summary = Summarize(rep.Cases)
 	cf, err := CaseFileHashes(out)
 	if err != nil {

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/moat-sandbox/moat/internal/fsutil"
 )
 
 // kindName names a node's kind and tag for "want X, got Y" messages.
@@ -245,13 +247,13 @@ func (d *decoder) path(n *yaml.Node, path string) (string, bool) {
 		return "", false
 	}
 	abs := filepath.Join(d.baseDir, raw)
-	if !within(abs, d.baseDir) {
+	if !fsutil.Within(abs, d.baseDir) {
 		d.add(n, CodeEscapes, path, "path %q escapes the policy's directory %s; use an absolute path if you mean %s", raw, d.baseDir, abs)
 		return "", false
 	}
 	// A relative path must not leave the directory through a symlink either.
 	if real, err := filepath.EvalSymlinks(abs); err == nil {
-		if base, err := filepath.EvalSymlinks(d.baseDir); err == nil && !within(real, base) {
+		if base, err := filepath.EvalSymlinks(d.baseDir); err == nil && !fsutil.Within(real, base) {
 			d.add(n, CodeEscapes, path, "path %q escapes the policy's directory %s through a symlink (it resolves to %s); use an absolute path if you mean it", raw, d.baseDir, real)
 			return "", false
 		}
@@ -280,14 +282,6 @@ func (d *decoder) pos(path string, n *yaml.Node) {
 		d.nodes = map[string]*yaml.Node{}
 	}
 	d.nodes[path] = n
-}
-
-// within reports whether p is dir or lies under it (both clean and absolute).
-func within(p, dir string) bool {
-	if p == dir || dir == "/" {
-		return true
-	}
-	return strings.HasPrefix(p, dir+"/")
 }
 
 const (

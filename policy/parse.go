@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/moat-sandbox/moat/internal/fsutil"
 )
 
 // MaxFileBytes caps the size of a policy file.
@@ -251,7 +253,7 @@ func (d *decoder) volumes(n *yaml.Node, path string) []Volume {
 			continue
 		}
 		for _, r := range []string{"/proc", "/sys", "/dev"} {
-			if within(in, r) {
+			if fsutil.Within(in, r) {
 				d.add(f["path"], CodeForbidden, ip+".path", "volume path %s is inside %s, which the sandbox provides itself; choose another path", in, r)
 				ok = false
 			}

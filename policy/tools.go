@@ -11,6 +11,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/moat-sandbox/moat/internal/fsutil"
 	"github.com/moat-sandbox/moat/internal/grants"
 )
 
@@ -251,7 +252,7 @@ func (d *decoder) mcpServer(n *yaml.Node, ip string) (MCPServer, bool) {
 	}
 	if len(s.Command) > 0 && s.Filesystem != nil && filepath.IsAbs(s.Command[0]) {
 		fs := s.Filesystem
-		if !slices.ContainsFunc(append(slices.Clone(fs.ReadOnly), fs.ReadWrite...), func(g string) bool { return within(s.Command[0], g) }) {
+		if !slices.ContainsFunc(append(slices.Clone(fs.ReadOnly), fs.ReadWrite...), func(g string) bool { return fsutil.Within(s.Command[0], g) }) {
 			d.add(cmd, CodeBadPath, ip+".command[0]", "%s is outside the server's grants, so its sandbox could not see it; grant its directory in %s.filesystem.read_only", s.Command[0], ip)
 		}
 	}

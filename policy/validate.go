@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/moat-sandbox/moat/internal/fsutil"
 	"github.com/moat-sandbox/moat/internal/grants"
 )
 
@@ -73,7 +74,7 @@ func (d *decoder) validate(p *Policy) {
 			if overlaps(v.Path, g.path) {
 				d.add(d.nodes[key+".path"], CodeBadPath, key+".path", "volume path %s overlaps the grant %s (%s); mount the volume where no grant is", v.Path, g.key, g.path)
 			}
-			if within(v.Image, g.path) || within(realPrefix(v.Image), realPrefix(g.path)) {
+			if fsutil.Within(v.Image, g.path) || fsutil.Within(realPrefix(v.Image), realPrefix(g.path)) {
 				d.add(d.nodes[key+".path"], CodeBadPath, key+".image", "volume image %s lies inside the grant %s (%s): the workload could change its own file system's image; keep images outside every grant", v.Image, g.key, g.path)
 			}
 		}
@@ -85,8 +86,8 @@ func (d *decoder) validate(p *Policy) {
 	// The workdir must exist inside the sandbox: /tmp itself (the private
 	// tmpfs starts empty), a directory inside a grant, or a volume.
 	wd := p.Process.Workdir
-	inGrant := slices.ContainsFunc(grants, func(g grant) bool { return within(wd, g.path) })
-	if slices.ContainsFunc(p.Filesystem.Volumes, func(v Volume) bool { return within(wd, v.Path) }) {
+	inGrant := slices.ContainsFunc(grants, func(g grant) bool { return fsutil.Within(wd, g.path) })
+	if slices.ContainsFunc(p.Filesystem.Volumes, func(v Volume) bool { return fsutil.Within(wd, v.Path) }) {
 		return // made by moat when the volume is mounted
 	}
 	switch {
@@ -101,7 +102,7 @@ func (d *decoder) validate(p *Policy) {
 	}
 }
 
-func overlaps(a, b string) bool { return within(a, b) || within(b, a) }
+func overlaps(a, b string) bool { return fsutil.Within(a, b) || fsutil.Within(b, a) }
 
 type grant struct {
 	key  string // e.g. filesystem.read_write[0]

@@ -37,6 +37,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+
+	"github.com/moat-sandbox/moat/internal/fsutil"
 )
 
 // Spec is one grant as the policy wrote it (clean and absolute).
@@ -127,25 +129,17 @@ func Forbidden(p string) string {
 		return "it is the host's whole root; grant the directories the workload needs"
 	}
 	for _, r := range forbiddenRoots {
-		if Within(p, r) {
+		if fsutil.Within(p, r) {
 			return fmt.Sprintf("it is inside %s, which moat never grants (the sandbox has its own /proc and /dev, and no /sys)", r)
 		}
 	}
 	return ""
 }
 
-// Within reports whether p is dir or below it (both clean and absolute).
-func Within(p, dir string) bool {
-	if dir == "/" {
-		return true
-	}
-	return p == dir || strings.HasPrefix(p, dir+"/")
-}
-
 // Covered reports whether p lies at or below the real path of a mount.
 func (pl *Plan) Covered(p string) bool {
 	for _, m := range pl.Mounts {
-		if Within(p, m.Real) {
+		if fsutil.Within(p, m.Real) {
 			return true
 		}
 	}

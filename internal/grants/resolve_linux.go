@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/internal/fsutil"
 )
 
 // noLinks is how every component is opened: no symlink and no magic link
@@ -76,7 +78,7 @@ func trustedDir(st *unix.Stat_t, path string, rw []string) bool {
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != 0 || st.Mode&0o022 != 0 {
 		return false
 	}
-	return !slices.ContainsFunc(rw, func(w string) bool { return Within(path, w) })
+	return !slices.ContainsFunc(rw, func(w string) bool { return fsutil.Within(path, w) })
 }
 
 func resolveOne(s Spec, rw []string, audit string) (Mount, []Link, *Problem) {
@@ -222,7 +224,7 @@ func (m Mount) Open(c Checks) (int, error) {
 	fail := func(format string, a ...any) (int, error) {
 		return -1, fmt.Errorf("grant %s: "+format, append([]any{m.Path}, a...)...)
 	}
-	if !filepath.IsAbs(m.Real) || filepath.Clean(m.Real) != m.Real || !Within(m.Real, m.Trusted) {
+	if !filepath.IsAbs(m.Real) || filepath.Clean(m.Real) != m.Real || !fsutil.Within(m.Real, m.Trusted) {
 		return fail("BUG: bad plan (real %q, trusted %q)", m.Real, m.Trusted)
 	}
 	if why := Forbidden(m.Real); why != "" {

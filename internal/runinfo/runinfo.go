@@ -105,7 +105,7 @@ func Open(path string, grants Grants) (*Target, error) {
 	// The spelling first: a path written inside a grant is refused even
 	// when nothing of it exists yet.
 	if err := grants.each(func(kind, g string) error {
-		if within(abs, filepath.Clean(g)) {
+		if fsutil.Within(abs, filepath.Clean(g)) {
 			return &GrantError{Path: path, Kind: kind, Grant: g, How: "by its path"}
 		}
 		return nil
@@ -195,10 +195,4 @@ func Read(path string) (Info, []byte, error) {
 	}
 	ri, err := Decode(b)
 	return ri, b, err
-}
-
-// within reports whether p is dir or below it.
-func within(p, dir string) bool {
-	rel, err := filepath.Rel(dir, p)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
