@@ -186,6 +186,27 @@ func (w *Writer) Append(r Record) ([]byte, error) {
 	return line, nil
 }
 
+// AppendAsync is Append in two steps: it returns once r is signed and
+// written in its place in the journal (every later line follows it), and
+// the returned wait returns once that line is durable, sharing fsyncs
+// with other appenders as Append does. Until wait has returned nil the
+// record must be treated as possibly lost in a crash; an error from wait
+// poisons the Writer exactly as Append's does. The broker uses it for
+// completion records (see broker/doc.go for why that is safe there);
+// a pre-effect record must be made with Append.
+func (w *Writer) AppendAsync(r Record) (line []byte, wait func() error, err error) {
+	if r == nil || !knownRecord(r) {
+		return nil, nil, fmt.Errorf("audit: refused: %T is not a journal record type of this package", r)
+	}
+	w.mu.Lock()
+	line, ticket, err := w.writeLocked(r)
+	w.mu.Unlock()
+	if err != nil {
+		return nil, nil, err
+	}
+	return line, func() error { return w.syncTo(ticket) }, nil
+}
+
 func (w *Writer) writeLocked(r Record) (line []byte, ticket uint64, err error) {
 	switch {
 	case w.err != nil:

@@ -48,7 +48,7 @@ const (
 )
 
 // ReasonBusy refuses a request while the broker's memory budget is spent.
-const ReasonBusy = "broker_busy"
+const ReasonBusy Reason = "broker_busy"
 
 // Run-wide caps. A workload must not be able to grow the journal (or the
 // log) without bound: each refusal record is bounded by construction
@@ -61,12 +61,12 @@ const (
 	// ReasonRefusalLimit: the refusal past inference.max_refusals. It is
 	// journaled; later refusals are answered but neither journaled nor
 	// logged.
-	ReasonRefusalLimit = "refusal_limit"
+	ReasonRefusalLimit Reason = "refusal_limit"
 	// ReasonJournalLimit: the broker's records reached audit.max_bytes.
 	// After it no new request or refusal is journaled; the records that
 	// close requests already in flight still are (at most MaxConns of
 	// them, each bounded).
-	ReasonJournalLimit = "journal_limit"
+	ReasonJournalLimit Reason = "journal_limit"
 	// MaxDetailBytes caps the detail of a refusal or failure: the message
 	// the worker gets, its record and its log line. Client-supplied values
 	// inside it are already cut to wire.MaxQuotedBytes plus their length
@@ -79,6 +79,14 @@ const (
 // after any error.
 type Journal interface {
 	Append(audit.Record) ([]byte, error)
+}
+
+// asyncJournal is a Journal that can also write a record now and make it
+// durable later (*audit.Writer's AppendAsync). The broker uses it for
+// completion records only; with a Journal without it, every record is
+// durable before the broker goes on.
+type asyncJournal interface {
+	AppendAsync(audit.Record) (line []byte, wait func() error, err error)
 }
 
 // Config configures a Broker.
@@ -100,29 +108,31 @@ type Config struct {
 	// provider's ca_file, no proxy from the environment, plain http only to
 	// loopback addresses.
 	Upstream *http.Transport
-	// Log receives the broker's lines; nil discards. Levels: Error for a
-	// fatal event (the run ends), Warn for each refused or failed request,
-	// Info for each completed request, Debug for each admitted request
-	// before it is sent. The handler's level chooses which are printed
-	// (moat: --log-level / MOAT_LOG); the journal has every request anyway.
+	// Log receives the broker's lines (one canonical line per decision,
+	// see the package doc); nil discards. Levels: Error for a fatal event
+	// (the run ends), Warn for each refused or failed request, Info for
+	// each completed request, Debug for each admitted request before it is
+	// sent. The handler's level chooses which are printed (moat:
+	// --log-level / MOAT_LOG); the journal has every request anyway.
 	Log *slog.Logger
 }
 
 // Broker is the inference broker of one run.
 type Broker struct {
-	cfg      Config
-	routes   map[string]*route // endpoint path → route
-	maxReq   int64
-	used     atomic.Int64 // reserved allowance
-	log      *slog.Logger
-	ctx      context.Context
-	cancel   context.CancelFunc
-	journal  atomic.Bool // false once the journal failed
-	fatalMu  sync.Mutex
-	fatalErr error // guarded by fatalMu; set once
-	failed   atomic.Bool
-	mem      *semaphore.Weighted // memLimit
-	memLimit int64               // MaxBufferedBytes; tests shrink it
+	cfg       Config
+	routes    map[string]*route // endpoint path → route
+	maxReq    int64
+	used      atomic.Int64 // reserved allowance
+	log       *slog.Logger
+	ctx       context.Context
+	cancel    context.CancelFunc
+	journal   atomic.Bool // false once the journal failed
+	fatalMu   sync.Mutex
+	fatalErr  error  // guarded by fatalMu; set once
+	fatalCode Reason // guarded by fatalMu; the reason of fatalErr
+	failed    atomic.Bool
+	mem       *semaphore.Weighted // memLimit
+	memLimit  int64               // MaxBufferedBytes; tests shrink it
 
 	maxRefusals int64        // policy inference.max_refusals
 	refusals    atomic.Int64 // refusals so far
@@ -130,11 +140,6 @@ type Broker struct {
 	written     atomic.Int64 // bytes of the broker's journal lines, LF included
 
 	evictions atomic.Int64 // connections evicted so far (tests, benchmarks)
-
-	// fwdHeaders maps the id of a request being forwarded to the worker
-	// headers sent with it (name → canonical value); append writes them
-	// into the request's pre-effect record.
-	fwdHeaders sync.Map
 
 	// Timeouts, from the constants; tests shorten them.
 	idleTimeout, readTimeout time.Duration
@@ -312,20 +317,21 @@ func (b *Broker) Failed() error {
 
 // fatal records the first fatal event, stops all further effects and tells
 // the supervisor. Later calls do nothing.
-func (b *Broker) fatal(reason string, err error) {
+func (b *Broker) fatal(reason Reason, err error) {
 	b.fatalMu.Lock()
 	first := b.fatalErr == nil
 	if first {
-		b.fatalErr = fmt.Errorf("%s: %w", reason, err)
+		b.fatalErr, b.fatalCode = fmt.Errorf("%s: %w", reason, err), reason
 		b.failed.Store(true)
 	}
 	b.fatalMu.Unlock()
 	if !first {
 		return
 	}
-	b.log.Error("moat.broker fatal", "reason", reason, "error", err.Error())
+	b.log.LogAttrs(context.Background(), slog.LevelError, "moat.broker fatal",
+		slog.String("reason", string(reason)), slog.String("detail", err.Error()))
 	if b.cfg.OnFatal != nil {
-		b.cfg.OnFatal(reason, err)
+		b.cfg.OnFatal(string(reason), err)
 	}
 }
 
@@ -334,38 +340,65 @@ func (b *Broker) fatal(reason string, err error) {
 // Once the broker's records reached audit.max_bytes, records that start
 // something (a request, a refusal) are no longer written.
 func (b *Broker) append(rec audit.Record) ([]byte, bool) {
+	line, wait, ok := b.appendAsync(rec, false)
+	if ok && wait != nil {
+		ok = b.synced(wait)
+	}
+	return line, ok
+}
+
+// appendAsync is append for a record that may become durable after the
+// call: with async and an asyncJournal, it returns once the line is
+// written in its place, and wait (nil when there is nothing to wait for)
+// makes it durable; the caller must call synced(wait) before it reports
+// the request done. Only completion records are written so (see doc.go:
+// why the answer may be released while its record syncs).
+func (b *Broker) appendAsync(rec audit.Record, async bool) (line []byte, wait func() error, ok bool) {
 	if !b.journal.Load() {
-		return nil, false
+		return nil, nil, false
 	}
 	switch r := rec.(type) {
-	case audit.InferenceRequested:
+	case audit.InferenceRequested, audit.InferenceRefused:
 		if b.written.Load() >= b.maxBytes {
 			b.journalFull()
-			return nil, false
-		}
-		if h, ok := b.fwdHeaders.Load(r.RequestID); ok && len(h.(map[string]string)) > 0 {
-			r.Headers = h.(map[string]string)
-			rec = r
-		}
-	case audit.InferenceRefused:
-		if b.written.Load() >= b.maxBytes {
-			b.journalFull()
-			return nil, false
+			return nil, nil, false
 		}
 	case audit.InferenceFailed:
 		r.Detail = wire.BoundTo(r.Detail, MaxDetailBytes)
 		rec = r
 	}
-	line, err := b.cfg.Journal.Append(rec)
+	var err error
+	if aj, isAsync := b.cfg.Journal.(asyncJournal); async && isAsync {
+		line, wait, err = aj.AppendAsync(rec)
+	} else {
+		line, err = b.cfg.Journal.Append(rec)
+	}
 	if err != nil {
-		b.journal.Store(false)
-		b.fatal("audit_failure", err)
-		return nil, false
+		b.journalFailed(err)
+		return nil, nil, false
 	}
 	if b.written.Add(int64(len(line))+1) >= b.maxBytes {
 		b.journalFull()
 	}
-	return line, true
+	return line, wait, true
+}
+
+// synced waits for a line written by appendAsync to be durable; a failure
+// is the run's fatal event, as a failed append is.
+func (b *Broker) synced(wait func() error) bool {
+	if wait == nil {
+		return true
+	}
+	if err := wait(); err != nil {
+		b.journalFailed(err)
+		return false
+	}
+	return true
+}
+
+func (b *Broker) journalFailed(err error) {
+	b.journal.Store(false)
+	b.fatal(ReasonAuditFailure, err)
 }
 
 func (b *Broker) journalFull() {
@@ -456,6 +489,7 @@ func (b *Broker) serveConn(st *connState) {
 		deadline := time.Now().Add(b.readTimeout)
 		c.SetReadDeadline(deadline)
 		ch := &charge{b: b, st: st, deadline: deadline}
+		x := b.newExchange(w)
 		req, err := readRequest(w.br, w, ch.take)
 		c.SetReadDeadline(time.Time{})
 		if err == nil && !st.enter(phaseReading, phaseBusy) {
@@ -464,7 +498,7 @@ func (b *Broker) serveConn(st *connState) {
 		if err != nil {
 			ch.release()
 			if st.evicted() {
-				b.refuse(w, "", newRequestID(), "", "", refuse(ReasonEvicted, 503,
+				b.refuse(x, refuse(ReasonEvicted, 503,
 					"the broker was at its connection or memory limit and this request was the slowest to arrive; it was dropped to admit another"))
 				return
 			}
@@ -472,11 +506,11 @@ func (b *Broker) serveConn(st *connState) {
 			if !errors.As(err, &fe) {
 				return
 			}
-			b.refuse(w, "", newRequestID(), "", "", fe)
+			b.refuse(x, fe)
 			return
 		}
 		w.charge = ch
-		keep := b.handle(w, req)
+		keep := b.handle(x, req)
 		ch.release()
 		if !keep || req.close || !st.enter(phaseBusy, phaseIdle) {
 			return
@@ -484,74 +518,146 @@ func (b *Broker) serveConn(st *connState) {
 	}
 }
 
+// exchange is one request as the broker decides it: made once, when the
+// request begins to arrive, and filled in as it is routed, admitted and
+// answered. Its journal records, its canonical log line and its answer
+// are all made from it, so they name the same request the same way.
+type exchange struct {
+	w        *conn
+	id       string
+	start    time.Time
+	api      string    // "" until routed
+	endpoint string    // "" until routed
+	provider *provider // nil until picked
+	model    string    // "" until admitted
+	stream   bool
+	status   int // the HTTP status answered, 0 before the head is written
+
+	att      audit.Attribution
+	attKnown bool // att was resolved (once: attribution)
+}
+
+func (b *Broker) newExchange(w *conn) *exchange {
+	return &exchange{w: w, id: newRequestID(), start: time.Now()}
+}
+
+// providerName is the picked provider's name, or "".
+func (x *exchange) providerName() string {
+	if x.provider == nil {
+		return ""
+	}
+	return x.provider.name
+}
+
+// attribution resolves the connection's process once per request.
+func (b *Broker) attribution(x *exchange) audit.Attribution {
+	if !x.attKnown {
+		x.att, x.attKnown = b.attribute(x.w.c), true
+	}
+	return x.att
+}
+
+// Decisions: the canonical log line of a request is "moat.broker" and
+// one of these, with the fields of logDecision, always the same and in the
+// same order (smokescreen's CANONICAL-PROXY-DECISION is the model). A
+// request has at most one admitted line (Debug, before it is sent) and
+// exactly one line that ends it: completed (Info), refused or failed
+// (Warn). The run's fatal event is one line of its own (Error).
+const (
+	decisionAdmitted  = "admitted"
+	decisionCompleted = "completed"
+	decisionRefused   = "refused"
+	decisionFailed    = "failed"
+)
+
+// logDecision writes the canonical line of x. reason is "" for admitted
+// and completed; detail is the message the worker got, prefixed.
+func (b *Broker) logDecision(x *exchange, level slog.Level, decision string, reason Reason, detail string) {
+	if !b.log.Enabled(context.Background(), level) {
+		return
+	}
+	att := "unresolved"
+	pid := 0
+	if x.attKnown {
+		att, pid = string(x.att.Status), x.att.PID
+	}
+	b.log.LogAttrs(context.Background(), level, "moat.broker "+decision,
+		slog.String("request_id", x.id),
+		slog.String("reason", string(reason)),
+		slog.String("api", x.api),
+		slog.String("endpoint", x.endpoint),
+		slog.String("provider", x.providerName()),
+		slog.String("model", x.model),
+		slog.Bool("stream", x.stream),
+		slog.Int("status", x.status),
+		slog.String("attribution", att),
+		slog.Int("pid", pid),
+		slog.Float64("duration_ms", float64(time.Since(x.start).Microseconds())/1000),
+		slog.String("detail", detail),
+	)
+}
+
 // handle serves one framed request and reports whether the connection
 // may be kept.
-func (b *Broker) handle(w *conn, req *request) bool {
-	id := newRequestID()
+func (b *Broker) handle(x *exchange, req *request) bool {
 	rt, ok := b.routes[req.path]
 	if !ok {
-		b.refuse(w, "", id, "", req.path, refuse(ReasonPathNotAllowed, 404,
+		return b.refuse(x, refuse(ReasonPathNotAllowed, 404,
 			"path %s is not served; moat serves %s", quote(req.path), strings.Join(b.endpoints(), ", ")))
-		return false
 	}
+	x.api, x.endpoint = rt.api, rt.endpoint
 	if req.method != http.MethodPost {
-		b.refuse(w, rt.api, id, "", rt.endpoint, refuse(ReasonMethod, 405, "method %s is not allowed on %s; use POST", quote(req.method), rt.endpoint))
-		return false
+		return b.refuse(x, refuse(ReasonMethod, 405, "method %s is not allowed on %s; use POST", quote(req.method), rt.endpoint))
 	}
 	if b.failed.Load() {
-		b.refuse(w, rt.api, id, "", rt.endpoint, refuse(ReasonRunFailed, 503, "the run was stopped after a fatal event (%v); no further requests are possible", b.Failed()))
-		return false
+		return b.refuse(x, refuse(ReasonRunFailed, 503, "the run was stopped after a fatal event (%s); no further requests are possible", b.fatalReason()))
 	}
 	if len(rt.providers) == 0 {
-		b.refuse(w, rt.api, id, "", rt.endpoint, refuse(ReasonAPINotConfigured, 404, "the policy configures no provider for the %s API (endpoint %s)", rt.api, rt.endpoint))
-		return false
+		return b.refuse(x, refuse(ReasonAPINotConfigured, 404, "the policy configures no provider for the %s API (endpoint %s)", rt.api, rt.endpoint))
 	}
 	fwd, fe := checkHeaders(rt.api, req)
 	if fe != nil {
-		b.refuse(w, rt.api, id, "", rt.endpoint, fe)
-		return false
+		return b.refuse(x, fe)
 	}
 	adm, rf := wire.Admit(rt.api, rt.endpoint, req.body, wire.Limits{Models: rt.models, MaxOutputTokens: b.cfg.Policy.Inference.MaxOutputTokens})
-	if rf != nil {
-		b.refuse(w, rt.api, id, "", rt.endpoint, &frontError{Code: rf.Code, Status: 400, Msg: rf.Message})
-		return false
+	switch {
+	case rf != nil && rf.Code == wire.ReasonInternal:
+		return b.refuse(x, &frontError{Code: rf.Code, Status: 500, Msg: rf.Message})
+	case rf != nil:
+		return b.refuse(x, &frontError{Code: rf.Code, Status: 400, Msg: rf.Message})
+	case adm == nil:
+		return b.refuse(x, refuse(ReasonInternal, 500, "BUG: admission returned neither a request nor a refusal"))
 	}
-	if adm == nil {
-		b.refuse(w, rt.api, id, "", rt.endpoint, refuse(ReasonInternal, 500, "BUG: admission returned neither a request nor a refusal"))
-		return false
-	}
+	x.model, x.stream = adm.Model, adm.Stream
 	p := rt.pick(adm.Model)
 	if p == nil {
-		b.refuse(w, rt.api, id, "", rt.endpoint, refuse(ReasonInternal, 500, "BUG: admitted model %q has no provider", adm.Model))
-		return false
+		return b.refuse(x, refuse(ReasonInternal, 500, "BUG: admitted model %q has no provider", adm.Model))
 	}
+	x.provider = p
 	if p.cred == "" {
-		b.refuse(w, rt.api, id, p.name, rt.endpoint, refuse(ReasonProviderUnconfigured, 503,
+		return b.refuse(x, refuse(ReasonProviderUnconfigured, 503,
 			"provider %q has no credential: the operator must set %s in moat's environment", p.name, p.credEnv))
-		return false
 	}
-	att := b.attribute(w.c)
+	att := b.attribution(x)
 	if b.cfg.Policy.Inference.RequireAttribution && att.Status != boundary.AttributionResolved {
-		b.refuse(w, rt.api, id, p.name, rt.endpoint, refuse(ReasonUnattributed, 403,
+		return b.refuse(x, refuse(ReasonUnattributed, 403,
 			"the policy requires every request to be attributed to a process, and this connection could not be (%s)", wire.Bound(att.Reason)))
-		return false
 	}
 	if !b.reserve() {
-		b.refuse(w, rt.api, id, p.name, rt.endpoint, refuse(ReasonAllowanceExhausted, 429,
+		return b.refuse(x, refuse(ReasonAllowanceExhausted, 429,
 			"the run's request allowance (max_requests %d) is used up; no further model requests are possible in this run", b.maxReq))
-		return false
 	}
-	b.log.Debug("moat.broker admitted", "request_id", id, "provider", p.name, "endpoint", rt.endpoint,
-		"model", adm.Model, "stream", adm.Stream, "attribution", att.Status)
-	// forward builds the pre-effect record; append adds these headers to
-	// it, so the record shows exactly the worker headers that are sent.
-	b.fwdHeaders.Store(id, fwd)
-	defer b.fwdHeaders.Delete(id)
-	hdr := http.Header{}
-	for name, v := range fwd {
-		hdr.Set(name, v)
-	}
-	return b.forward(w, rt, p, req, adm, hdr, id, att)
+	b.logDecision(x, slog.LevelDebug, decisionAdmitted, "", "")
+	return b.forward(x, req, adm, fwd)
+}
+
+// fatalReason names the fatal event for the worker: its reason code only.
+// The cause (a journal error names host paths) is in the log and in
+// Failed, not in what the sandbox gets.
+func (b *Broker) fatalReason() Reason {
+	b.fatalMu.Lock()
+	defer b.fatalMu.Unlock()
+	return b.fatalCode
 }
 
 // reserve takes one unit of the run's allowance; a reservation is never
@@ -593,38 +699,53 @@ func (rt *route) pick(model string) *provider {
 	return nil
 }
 
+// Reason is why the broker refused or failed a request: the reason of its
+// inference.refused or inference.failed record, its Moat-Reason header,
+// the API error's code and the log line's reason. It is broker/wire's
+// type, so that the front, the header policy, admission and the upstream
+// stage name their decisions with one type.
+type Reason = wire.Reason
+
 // Reasons decided by the broker after framing.
 const (
-	ReasonPathNotAllowed       = "path_not_allowed"
-	ReasonMethod               = "method_not_allowed"
-	ReasonAPINotConfigured     = "api_not_configured"
-	ReasonProviderUnconfigured = "provider_unconfigured"
-	ReasonAllowanceExhausted   = "allowance_exhausted"
-	ReasonRunFailed            = "run_failed"
-	ReasonUnattributed         = "unattributed" // require_attribution and the connection's process is unknown
-	ReasonInternal             = "internal_error"
+	ReasonPathNotAllowed       Reason = "path_not_allowed"
+	ReasonMethod               Reason = "method_not_allowed"
+	ReasonAPINotConfigured     Reason = "api_not_configured"
+	ReasonProviderUnconfigured Reason = "provider_unconfigured"
+	ReasonAllowanceExhausted   Reason = "allowance_exhausted"
+	ReasonRunFailed            Reason = "run_failed"
+	ReasonUnattributed         Reason = "unattributed"      // require_attribution and the connection's process is unknown
+	ReasonInternal                    = wire.ReasonInternal // a bug in moat, never blamed on the client
 )
 
-// refuse journals an inference.refused record, logs one line and answers
-// in the API's shape; the connection is then closed. The refusal past
-// inference.max_refusals ends the run; later ones are only answered.
-func (b *Broker) refuse(w *conn, api, id, provider, endpoint string, fe *frontError) {
-	// Messages from broker/wire already say "moat: refused: "; say it once.
+// refusalPrefix starts every refusal the worker, the journal and the log
+// get. Messages inside moat (frontError.Msg, wire.Refusal.Message) carry
+// none; refuse adds it here, once.
+const refusalPrefix = "moat: refused: "
+
+// refuse journals an inference.refused record, logs its canonical line
+// and answers in the API's shape; the connection is then closed (it
+// reports false, for handle). The refusal past inference.max_refusals
+// ends the run; later ones are only answered.
+func (b *Broker) refuse(x *exchange, fe *frontError) bool {
 	// The journal takes valid UTF-8 only, and a bounded detail.
-	msg := wire.BoundTo("moat: refused: "+strings.TrimPrefix(fe.Msg, "moat: refused: "), MaxDetailBytes)
+	msg := wire.BoundTo(refusalPrefix+fe.Msg, MaxDetailBytes)
+	x.status = fe.Status
 	switch n := b.refusals.Add(1); {
 	case n <= b.maxRefusals+1:
-		b.log.Warn("moat.broker refused", "request_id", id, "reason", fe.Code, "provider", provider, "endpoint", endpoint, "detail", msg)
-		b.append(audit.InferenceRefused{RequestID: id, Reason: fe.Code, Detail: msg,
-			Provider: provider, Endpoint: endpoint, Attribution: b.attribute(w.c)}) // a no-op once the journal failed
+		rec := audit.InferenceRefused{RequestID: x.id, Reason: string(fe.Code), Detail: msg,
+			Provider: x.providerName(), Endpoint: x.endpoint, Attribution: b.attribution(x)}
+		b.logDecision(x, slog.LevelWarn, decisionRefused, fe.Code, msg)
+		b.append(rec) // a no-op once the journal failed
 		if n == b.maxRefusals+1 {
 			b.fatal(ReasonRefusalLimit, fmt.Errorf("the broker refused %d requests, more than the policy's inference.max_refusals (%d); the run was ended so that refusals cannot fill the journal: read the refusals in the journal and fix the workload's requests, or raise inference.max_refusals",
 				n, b.maxRefusals))
 		}
 	case n == b.maxRefusals+2:
-		b.log.Warn("moat.broker refused", "request_id", id, "reason", fe.Code, "detail", "refusals past inference.max_refusals are answered but neither journaled nor logged")
+		b.logDecision(x, slog.LevelWarn, decisionRefused, fe.Code, "refusals past inference.max_refusals are answered but neither journaled nor logged")
 	}
-	writeError(w.bw, api, fe.Status, fe.Code, msg, id)
+	writeError(x.w.bw, x.api, fe.Status, fe.Code, msg, x.id)
+	return false
 }
 
 func newRequestID() string {

@@ -147,7 +147,7 @@ func TestAllowanceRace(t *testing.T) {
 		t.Errorf("%d inference.requested records, want %d", got, allowance)
 	}
 	for _, r := range h.records(audit.TypeInferenceRefused) {
-		if r["reason"] != ReasonAllowanceExhausted {
+		if r["reason"] != string(ReasonAllowanceExhausted) {
 			t.Errorf("refusal reason %v, want %s", r["reason"], ReasonAllowanceExhausted)
 		}
 	}
@@ -169,7 +169,7 @@ func TestAllowanceCountsFailures(t *testing.T) {
 	if r := h.raw(post("/v1/messages", anthropicBody)); r.status != 502 {
 		t.Fatalf("failing upstream: status %d, want 502", r.status)
 	}
-	if rec := h.lastRecord(); rec["type"] != audit.TypeInferenceFailed || rec["reason"] != ReasonUpstreamError {
+	if rec := h.lastRecord(); rec["type"] != audit.TypeInferenceFailed || rec["reason"] != string(ReasonUpstreamError) {
 		t.Errorf("last record %v/%v, want inference.failed/%s", rec["type"], rec["reason"], ReasonUpstreamError)
 	}
 	h.fp.setRespond(nil)
@@ -197,7 +197,7 @@ func TestAuditFaultUnit(t *testing.T) {
 	h.mustSucceed()
 	h.j.setFail(errors.New("disk on fire"))
 	r := h.raw(post("/v1/messages", anthropicBody))
-	if r.status != 503 || !strings.Contains(r.body, ReasonAuditFailure) {
+	if r.status != 503 || !strings.Contains(r.body, string(ReasonAuditFailure)) {
 		t.Errorf("faulted request: status %d body %s, want 503 %s", r.status, r.body, ReasonAuditFailure)
 	}
 	if got := h.fp.count(); got != 1 {
@@ -216,11 +216,11 @@ func TestAuditFaultUnit(t *testing.T) {
 	}
 }
 
-func expectFatal(t *testing.T, h *harness, reason string) {
+func expectFatal(t *testing.T, h *harness, reason Reason) {
 	t.Helper()
 	select {
 	case got := <-h.fatal:
-		if got != reason {
+		if got != string(reason) {
 			t.Errorf("OnFatal(%q), want %q", got, reason)
 		}
 	case <-time.After(5 * time.Second):
@@ -287,7 +287,7 @@ func TestRouting(t *testing.T) {
 		t.Errorf("provider without credential: status %d body %s, want 503 naming C_KEY", r.status, r.body)
 	}
 	r = h.raw(post("/v1/responses", `{"model":"gpt-test","input":"hi"}`, "Authorization: Bearer moat-placeholder"))
-	if r.status != 404 || !strings.Contains(r.body, ReasonAPINotConfigured) {
+	if r.status != 404 || !strings.Contains(r.body, string(ReasonAPINotConfigured)) {
 		t.Errorf("API without provider: status %d body %s, want 404 %s", r.status, r.body, ReasonAPINotConfigured)
 	}
 }
@@ -313,7 +313,7 @@ func TestTLSProvider(t *testing.T) {
 	h2 := startBroker(t, fp, pol2, nil)
 	n := fp.count()
 	r := h2.raw(post("/v1/messages", anthropicBody))
-	if r.status != 502 || !strings.Contains(r.body, ReasonUpstreamError) || fp.count() != n {
+	if r.status != 502 || !strings.Contains(r.body, string(ReasonUpstreamError)) || fp.count() != n {
 		t.Errorf("without ca_file: status %d body %s, want 502 %s and no request", r.status, r.body, ReasonUpstreamError)
 	}
 }
@@ -379,7 +379,7 @@ func TestRequireAttribution(t *testing.T) {
 			return audit.Attribution(att)
 		})
 	})
-	if r := h.raw(post("/v1/messages", anthropicBody)); r.status != 403 || r.header.Get("Moat-Reason") != ReasonUnattributed {
+	if r := h.raw(post("/v1/messages", anthropicBody)); r.status != 403 || Reason(r.header.Get("Moat-Reason")) != ReasonUnattributed {
 		t.Errorf("unattributed: status %d reason %q, want 403 %s", r.status, r.header.Get("Moat-Reason"), ReasonUnattributed)
 	}
 	mu.Lock()
@@ -476,7 +476,7 @@ func TestMemoryBudget(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	r := h.raw(post("/v1/messages", small))
-	if r.status != 503 || r.header.Get("Moat-Reason") != ReasonBusy {
+	if r.status != 503 || Reason(r.header.Get("Moat-Reason")) != ReasonBusy {
 		t.Errorf("request over the free budget: status %d reason %q, want 503 %s", r.status, r.header.Get("Moat-Reason"), ReasonBusy)
 	}
 	over := fmt.Sprintf("POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n", h.b.memLimit)

@@ -43,13 +43,52 @@
 // the sandbox's memory limit; a request that cannot get its share in time
 // is refused (broker_busy).
 //
-// The cost: each brokered request waits for two fsyncs (inference.requested
-// before it leaves, inference.completed before a non-streamed answer is
-// released), which dominates the added latency; see bench_test.go.
+// # Durability and its cost
 //
-// A refusal is journaled as inference.refused with a reason code (the
-// Reason* constants, or broker/wire's codes) and answered in the API's own
-// error shape with x-should-retry: false; the connection is then closed. A
-// reflected credential or a journal failure is fatal: OnFatal is called
-// once, Failed reports it, and no provider request is made afterwards.
+// A request leaves only once its inference.requested record is durable
+// (written and fsynced): that is the promise every other record rests on,
+// and the one fsync on a request's path. The inference.completed record is
+// written in its place in the journal before the answer (or the stream's
+// last chunk) is released, and its fsync runs while the answer goes out;
+// the request is done, and its connection read again, only once that sync
+// returned. Concurrent requests share fsyncs (the writer's group commit).
+//
+// Why the completion record may be synced after the answer is released:
+// the answer is an effect on the sandbox, not one that leaves it. Anything
+// the workload does with the answer that reaches outside goes through the
+// broker again, and that next request's pre-effect record is written after
+// the completion line and made durable by an fsync of the same file,
+// which covers every line written before it. So no journal can show an
+// effect caused by an answer without that answer's completion record. If
+// the sync fails, the run ends (audit_failure), as on any journal failure.
+// A crash between the release and the sync leaves the durable pre-effect
+// record followed by none, part or all of the completion line (or zeros);
+// the verifier reports such a journal incomplete, with every complete line
+// still verified (TestCrashBeforeCompletionSync). This is what a crash in
+// the middle of a stream left already.
+//
+// # Decisions
+//
+// Each request is one value (exchange, in broker.go) made when it begins
+// to arrive: its id, API, endpoint, provider, model and attribution (looked
+// up once). Its records, its log line and its answer are made from it. A
+// refusal is journaled as inference.refused with a reason code (Reason:
+// the Reason* constants here and broker/wire's, one type) and answered in
+// the API's own error shape with x-should-retry: false; the connection is
+// then closed. A bug in moat is reported as internal_error, never under a
+// code that blames the client. Messages inside moat carry no prefix; where
+// a decision leaves moat (answer, record, log) it says "moat: refused: "
+// or "moat: <reason>: " once.
+//
+// Each request gets one canonical log line when it ends (smokescreen's
+// CANONICAL-PROXY-DECISION is the model): "moat.broker completed" (Info),
+// "moat.broker refused" or "moat.broker failed" (Warn), always with the
+// fields request_id, reason, api, endpoint, provider, model, stream,
+// status, attribution, pid, duration_ms and detail, in that order; an
+// admitted request also gets "moat.broker admitted" (Debug) with the same
+// fields before it is sent. moat's --log-level / MOAT_LOG picks the level.
+//
+// A reflected credential or a journal failure is fatal: OnFatal is called
+// once, "moat.broker fatal" is logged (Error), Failed reports it, and no
+// provider request is made afterwards.
 package broker

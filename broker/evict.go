@@ -31,7 +31,7 @@ import (
 
 // ReasonEvicted refuses a request that was still arriving when the broker
 // needed its connection or its memory for another.
-const ReasonEvicted = "evicted"
+const ReasonEvicted Reason = "evicted"
 
 // Phases of a worker connection.
 const (

@@ -113,7 +113,7 @@ func TestEvictSlowUploadOrder(t *testing.T) {
 		t.Fatalf("provider saw %d requests (last %q), want exactly the legitimate one", n, h.fp.last().body)
 	}
 	refused := h.records("inference.refused")
-	if len(refused) != 1 || refused[0]["reason"] != ReasonEvicted {
+	if len(refused) != 1 || refused[0]["reason"] != string(ReasonEvicted) {
 		t.Errorf("refusals %v, want one %s", refused, ReasonEvicted)
 	}
 	if !closedByPeer(slow[0], 5*time.Second) {

@@ -110,7 +110,7 @@ func auditFaultScenario(t *testing.T, mnt string) {
 
 	before := h.fp.count()
 	r := h.raw(post("/v1/messages", anthropicBody))
-	if r.status != 503 || r.header.Get("Moat-Reason") != ReasonAuditFailure || !strings.Contains(r.body, "not sent") {
+	if r.status != 503 || Reason(r.header.Get("Moat-Reason")) != ReasonAuditFailure || !strings.Contains(r.body, "not sent") {
 		t.Fatalf("request on full storage: status %d reason %q body %s, want 503 %s (not sent)", r.status, r.header.Get("Moat-Reason"), r.body, ReasonAuditFailure)
 	}
 	expectFatal(t, h, ReasonAuditFailure)

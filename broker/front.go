@@ -32,42 +32,42 @@ const (
 // Front reason codes: why the front refused a request before any API
 // check. They are the Reason of the inference.refused record.
 const (
-	ReasonBadFraming      = "bad_framing"       // malformed request line or header syntax
-	ReasonBareCRLF        = "bare_cr_lf"        // CR or LF outside a CRLF pair
-	ReasonNUL             = "nul_byte"          // NUL or other control byte in the head
-	ReasonObsFold         = "obsolete_folding"  // header continuation line
-	ReasonHeaderTooLarge  = "header_too_large"  // a line, the head or the field count over a limit
-	ReasonBodyTooLarge    = "body_too_large"    // body over MaxBodyBytes
-	ReasonVersion         = "http_version"      // not HTTP/1.1 (HTTP/2 preface included)
-	ReasonConnect         = "connect_refused"   // CONNECT method
-	ReasonTargetForm      = "target_form"       // absolute-form, authority-form or asterisk-form target
-	ReasonUpgrade         = "upgrade_refused"   // Upgrade, h2c, HTTP2-Settings
-	ReasonDuplicateHeader = "duplicate_header"  // any header field given twice
-	ReasonContentLength   = "content_length"    // malformed Content-Length
-	ReasonCLWithTE        = "cl_with_te"        // both Content-Length and Transfer-Encoding
-	ReasonTransferCoding  = "transfer_coding"   // anything but one "chunked"
-	ReasonChunked         = "bad_chunked"       // malformed chunked body (extensions and trailers included)
-	ReasonCompressedBody  = "compressed_body"   // Content-Encoding on a request
-	ReasonExpect          = "expect_refused"    // Expect other than 100-continue
-	ReasonConnection      = "connection_header" // Connection option other than close/keep-alive
-	ReasonMissingHost     = "missing_host"      // no Host header
-	ReasonPathTrick       = "path_trick"        // dot segments, encoded or doubled slashes, backslashes
-	ReasonQuery           = "query_refused"     // any query string or fragment
-	ReasonTimeout         = "read_timeout"      // the client was too slow
-	ReasonTruncated       = "truncated"         // connection ended inside a request
+	ReasonBadFraming      Reason = "bad_framing"       // malformed request line or header syntax
+	ReasonBareCRLF        Reason = "bare_cr_lf"        // CR or LF outside a CRLF pair
+	ReasonNUL             Reason = "nul_byte"          // NUL or other control byte in the head
+	ReasonObsFold         Reason = "obsolete_folding"  // header continuation line
+	ReasonHeaderTooLarge  Reason = "header_too_large"  // a line, the head or the field count over a limit
+	ReasonBodyTooLarge    Reason = "body_too_large"    // body over MaxBodyBytes
+	ReasonVersion         Reason = "http_version"      // not HTTP/1.1 (HTTP/2 preface included)
+	ReasonConnect         Reason = "connect_refused"   // CONNECT method
+	ReasonTargetForm      Reason = "target_form"       // absolute-form, authority-form or asterisk-form target
+	ReasonUpgrade         Reason = "upgrade_refused"   // Upgrade, h2c, HTTP2-Settings
+	ReasonDuplicateHeader Reason = "duplicate_header"  // any header field given twice
+	ReasonContentLength   Reason = "content_length"    // malformed Content-Length
+	ReasonCLWithTE        Reason = "cl_with_te"        // both Content-Length and Transfer-Encoding
+	ReasonTransferCoding  Reason = "transfer_coding"   // anything but one "chunked"
+	ReasonChunked         Reason = "bad_chunked"       // malformed chunked body (extensions and trailers included)
+	ReasonCompressedBody  Reason = "compressed_body"   // Content-Encoding on a request
+	ReasonExpect          Reason = "expect_refused"    // Expect other than 100-continue
+	ReasonConnection      Reason = "connection_header" // Connection option other than close/keep-alive
+	ReasonMissingHost     Reason = "missing_host"      // no Host header
+	ReasonPathTrick       Reason = "path_trick"        // dot segments, encoded or doubled slashes, backslashes
+	ReasonQuery           Reason = "query_refused"     // any query string or fragment
+	ReasonTimeout         Reason = "read_timeout"      // the client was too slow
+	ReasonTruncated       Reason = "truncated"         // connection ended inside a request
 )
 
 // frontError is a request the front refused. Msg is written for a human and
 // a model; it never quotes more than a short prefix of hostile input.
 type frontError struct {
-	Code   string
+	Code   Reason
 	Status int
-	Msg    string
+	Msg    string // without the "moat: refused: " prefix, which the edge adds once
 }
 
 func (e *frontError) Error() string { return "moat: refused: " + e.Msg }
 
-func refuse(code string, status int, format string, args ...any) *frontError {
+func refuse(code Reason, status int, format string, args ...any) *frontError {
 	return &frontError{Code: code, Status: status, Msg: fmt.Sprintf(format, args...)}
 }
 

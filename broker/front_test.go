@@ -30,7 +30,7 @@ func TestFrontRefusals(t *testing.T) {
 		name   string
 		raw    string
 		status int
-		reason string
+		reason Reason
 	}{
 		{"absolute-form", "POST http://api.anthropic.com/v1/messages HTTP/1.1\r\n" + head + "Content-Length: " + abLen + "\r\n\r\n" + anthropicBody, 400, ReasonTargetForm},
 		{"authority-form", "POST api.anthropic.com:443 HTTP/1.1\r\n" + head + "\r\n", 400, ReasonTargetForm},
@@ -119,7 +119,7 @@ func TestFrontRefusals(t *testing.T) {
 				t.Errorf("error body %q: want JSON with error.message starting \"moat: refused: \" (%v)", r.body, err)
 			}
 			rec := h.lastRecord()
-			if rec["type"] != audit.TypeInferenceRefused || rec["reason"] != tc.reason {
+			if rec["type"] != audit.TypeInferenceRefused || rec["reason"] != string(tc.reason) {
 				t.Errorf("last journal record %v %v, want %s with reason %s", rec["type"], rec["reason"], audit.TypeInferenceRefused, tc.reason)
 			}
 			if got := h.fp.count(); got != before {
@@ -207,7 +207,7 @@ func TestFrontSlowClient(t *testing.T) {
 	if r.status != 408 || !r.closed {
 		t.Errorf("slow client: status %d closed %v, want 408 and closed", r.status, r.closed)
 	}
-	if rec := h.lastRecord(); rec["reason"] != ReasonTimeout {
+	if rec := h.lastRecord(); rec["reason"] != string(ReasonTimeout) {
 		t.Errorf("journal reason %v, want %s", rec["reason"], ReasonTimeout)
 	}
 	if h.fp.count() != 0 {

@@ -72,11 +72,11 @@ var credentialHeaders = []string{"authorization", "x-api-key", "api-key"}
 
 // Refusal reasons of the header stage.
 const (
-	ReasonCredentialHeader = "credential_header" // a credential that is not the placeholder
-	ReasonMoatHeader       = "moat_header"       // a Moat-* header from the worker
-	ReasonBetaNotAllowed   = "beta_not_allowed"  // an anthropic-beta value not in allowedBetas
-	ReasonBadHeaderValue   = "header_value"      // a forwarded header with a value that fails its check
-	ReasonContentType      = "content_type"      // a body that does not claim to be JSON
+	ReasonCredentialHeader Reason = "credential_header" // a credential that is not the placeholder
+	ReasonMoatHeader       Reason = "moat_header"       // a Moat-* header from the worker
+	ReasonBetaNotAllowed   Reason = "beta_not_allowed"  // an anthropic-beta value not in allowedBetas
+	ReasonBadHeaderValue   Reason = "header_value"      // a forwarded header with a value that fails its check
+	ReasonContentType      Reason = "content_type"      // a body that does not claim to be JSON
 )
 
 // checkHeaders applies the header policy to a request bound for api and

@@ -74,7 +74,9 @@ func TestForwardedHeadersCanonicalAndSigned(t *testing.T) {
 func TestHeaderRefusals(t *testing.T) {
 	h := newHarness(t, 100)
 	tests := []struct {
-		name, header, reason, msg string
+		name, header string
+		reason       Reason
+		msg          string
 	}{
 		{"unknown beta", "Anthropic-Beta: files-api-2025-04-14", ReasonBetaNotAllowed, "is not allowed (allowed:"},
 		{"beta with a suffix", "Anthropic-Beta: interleaved-thinking-2025-05-14x", ReasonBetaNotAllowed, "is not allowed"},
@@ -89,10 +91,10 @@ func TestHeaderRefusals(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			before := h.fp.count()
 			r := h.raw(post("/v1/messages", anthropicBody, tt.header))
-			if r.status != 400 || r.header.Get("Moat-Reason") != tt.reason || !strings.Contains(r.body, tt.msg) {
+			if r.status != 400 || Reason(r.header.Get("Moat-Reason")) != tt.reason || !strings.Contains(r.body, tt.msg) {
 				t.Errorf("status %d reason %s body %s; want 400 %s saying %q", r.status, r.header.Get("Moat-Reason"), r.body, tt.reason, tt.msg)
 			}
-			if rec := h.lastRecord(); rec["reason"] != tt.reason {
+			if rec := h.lastRecord(); rec["reason"] != string(tt.reason) {
 				t.Errorf("journal: last record %v, want a refusal with reason %s", rec, tt.reason)
 			}
 			if h.fp.count() != before {

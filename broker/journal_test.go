@@ -18,8 +18,10 @@ import (
 type testJournal struct {
 	w *audit.Writer
 
-	mu   sync.Mutex
-	fail error // non-nil: every Append fails
+	mu       sync.Mutex
+	fail     error    // non-nil: every Append fails
+	failWait error    // non-nil: every AppendAsync's wait fails after the line is written
+	async    []string // the types of the records written by AppendAsync
 }
 
 func newTestJournal(t testing.TB) *testJournal {
@@ -53,6 +55,39 @@ func (j *testJournal) Append(r audit.Record) ([]byte, error) {
 		return nil, err
 	}
 	return j.w.Append(r)
+}
+
+// AppendAsync is the real writer's, with the same switch, and failWait,
+// which makes the wait fail once the line is written (a sync that fails
+// after the answer was released).
+func (j *testJournal) AppendAsync(r audit.Record) ([]byte, func() error, error) {
+	j.mu.Lock()
+	err, werr := j.fail, j.failWait
+	j.async = append(j.async, r.RecordType())
+	j.mu.Unlock()
+	if err != nil {
+		return nil, nil, err
+	}
+	line, wait, err := j.w.AppendAsync(r)
+	if err != nil || werr == nil {
+		return line, wait, err
+	}
+	return line, func() error {
+		wait()
+		return werr
+	}, nil
+}
+
+func (j *testJournal) setFailWait(err error) {
+	j.mu.Lock()
+	j.failWait = err
+	j.mu.Unlock()
+}
+
+func (j *testJournal) asyncTypes() []string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return append([]string(nil), j.async...)
 }
 
 func (j *testJournal) setFail(err error) {

@@ -37,6 +37,7 @@ type provider struct {
 	models  []string
 	credEnv string
 	cred    string
+	pat     *pattern // the reflection guard's automaton for cred, built once
 	client  *http.Client
 }
 
@@ -63,6 +64,9 @@ func newProvider(pp *policy.Provider, cred string, override *http.Transport) (*p
 		}
 	}
 	p := &provider{name: pp.Name, api: pp.API, base: u, models: pp.Models, credEnv: pp.CredentialEnv, cred: cred}
+	if cred != "" {
+		p.pat = newPattern(cred)
+	}
 	tr := override
 	if tr == nil {
 		tr, err = defaultTransport(pp, u.Scheme == "http")

@@ -13,7 +13,7 @@ import (
 // errorBody renders an error in the API's own shape, so that unmodified SDKs
 // surface msg to the agent. Before the API is known (api == ""), the shape
 // carries both Anthropic's "type" and OpenAI's "error.message" and "code".
-func errorBody(api string, status int, code, msg string) []byte {
+func errorBody(api string, status int, code Reason, msg string) []byte {
 	var v any
 	switch api {
 	case wire.APIAnthropicMessages:
@@ -83,11 +83,11 @@ func writeFull(w *bufio.Writer, status int, hdr [][2]string, body []byte, close 
 
 // writeError answers with an API-shaped error. x-should-retry: false keeps
 // the Stainless-generated SDKs from retrying a decision that will not change.
-func writeError(w *bufio.Writer, api string, status int, code, msg, reqID string) error {
+func writeError(w *bufio.Writer, api string, status int, code Reason, msg, reqID string) error {
 	hdr := [][2]string{
 		{"Content-Type", "application/json"},
 		{"X-Should-Retry", "false"},
-		{"Moat-Reason", code},
+		{"Moat-Reason", string(code)},
 	}
 	if reqID != "" {
 		hdr = append(hdr, [2]string{"Moat-Request-Id", reqID})

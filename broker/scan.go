@@ -117,8 +117,9 @@ type scanner struct {
 	hasData bool
 }
 
-func newScanner(cred string) *scanner {
-	p := newPattern(cred)
+// newScanner watches one response for the credential p recognises (the
+// provider's pattern, built once: newPattern).
+func newScanner(p *pattern) *scanner {
 	return &scanner{p: p, raw: newTextView(p), all: newTextView(p), streams: map[uint64]*textView{}}
 }
 
@@ -332,8 +333,8 @@ func (s *scanner) walkJSON(d []byte) bool {
 
 // scanBody scans a complete (content-decoded) body: bytes, SSE events and
 // the body as JSON.
-func scanBody(cred string, data []byte) (bool, error) {
-	s := newScanner(cred)
+func scanBody(p *pattern, data []byte) (bool, error) {
+	s := newScanner(p)
 	s.Write(data)
 	s.Close()
 	if !s.hit && s.err == nil {
@@ -343,8 +344,8 @@ func scanBody(cred string, data []byte) (bool, error) {
 }
 
 // containsCredential scans one short text (an error message, a header).
-func containsCredential(cred string, b []byte) bool {
-	hit, _ := scanBody(cred, b)
+func containsCredential(p *pattern, b []byte) bool {
+	hit, _ := scanBody(p, b)
 	return hit
 }
 
@@ -352,8 +353,7 @@ func containsCredential(cred string, b []byte) bool {
 // the status line, in any header name or value alone, in all values
 // concatenated (sorted by name), or in any ordered pair of the values that
 // are returned to the worker.
-func headReflects(cred string, status string, h http.Header) bool {
-	p := newPattern(cred)
+func headReflects(p *pattern, status string, h http.Header) bool {
 	one := func(parts ...string) bool {
 		v := newTextView(p)
 		for _, s := range parts {
@@ -417,10 +417,10 @@ func looksCompressed(b []byte) bool {
 // credential was seen, and nested is true when data held any compressed
 // layer (it must then not be passed on). A layer that breaks off is
 // scanned as far as it decodes.
-func inspectLayers(cred string, data []byte, depth int) (hit, nested bool, err error) {
+func inspectLayers(p *pattern, data []byte, depth int) (hit, nested bool, err error) {
 	budget := MaxResponseBytes - len(data)
 	for layers := 0; ; layers++ {
-		hit, err := scanBody(cred, data)
+		hit, err := scanBody(p, data)
 		if hit || err != nil {
 			return hit, nested, err
 		}

@@ -339,11 +339,11 @@ func TestReflectionShapes(t *testing.T) {
 					t.Fatalf("near miss: status %d body %q, want 200 and %q", r.status, r.body, near.body())
 				}
 			case refusedCoded:
-				if r.status != 502 || !strings.Contains(r.body, ReasonUpstreamEncoding) {
+				if r.status != 502 || !strings.Contains(r.body, string(ReasonUpstreamEncoding)) {
 					t.Fatalf("near miss: status %d body %q, want 502 %s", r.status, r.body, ReasonUpstreamEncoding)
 				}
 			case upstreamFail:
-				if r.status != 502 || !strings.Contains(r.body, ReasonUpstreamError) {
+				if r.status != 502 || !strings.Contains(r.body, string(ReasonUpstreamError)) {
 					t.Fatalf("near miss: status %d body %q, want 502 %s", r.status, r.body, ReasonUpstreamError)
 				}
 			}
@@ -361,17 +361,17 @@ func TestReflectionShapes(t *testing.T) {
 			if clientRecovers(key, []byte(got)) {
 				t.Errorf("the worker can rebuild the key from what it received: %q", got)
 			}
-			if !strings.Contains(got, ReasonCredentialReflect) {
+			if !strings.Contains(got, string(ReasonCredentialReflect)) {
 				t.Errorf("worker got %q, want an error naming %s", got, ReasonCredentialReflect)
 			}
 			expectFatal(t, h, ReasonCredentialReflect)
 			var reflected int
 			for _, rec := range h.records(audit.TypeInferenceFailed) {
-				if rec["reason"] == ReasonCredentialReflect {
+				if rec["reason"] == string(ReasonCredentialReflect) {
 					reflected++
 				}
 			}
-			if reflected != 1 || h.lastRecord()["reason"] != ReasonCredentialReflect {
+			if reflected != 1 || h.lastRecord()["reason"] != string(ReasonCredentialReflect) {
 				t.Errorf("%d inference.failed records with reason %s, last record %v; want one, last", reflected, ReasonCredentialReflect, h.lastRecord())
 			}
 			for _, l := range h.j.lines() {
@@ -413,7 +413,7 @@ func parseRaw(t *testing.T, got string) result {
 func TestStreamHoldBack(t *testing.T) {
 	evs := anthropicStream("claude-test")
 	body := strings.Join(evs, "")
-	sc := newScanner(testCred)
+	sc := newScanner(newPattern(testCred))
 	var released, maxHeld int64
 	ends := map[int64]bool{}
 	var off int64
@@ -457,7 +457,7 @@ func BenchmarkScanner(b *testing.B) {
 		data := []byte(sse.String())
 		b.SetBytes(int64(len(data)))
 		for b.Loop() {
-			sc := newScanner(testCred)
+			sc := newScanner(newPattern(testCred))
 			for off := 0; off < len(data); off += 512 {
 				sc.Write(data[off:min(off+512, len(data))])
 			}
@@ -469,7 +469,7 @@ func BenchmarkScanner(b *testing.B) {
 	b.Run("json", func(b *testing.B) {
 		b.SetBytes(int64(len(body)))
 		for b.Loop() {
-			if hit, _, _ := inspectLayers(testCred, []byte(body), maxCompressionDepth); hit {
+			if hit, _, _ := inspectLayers(newPattern(testCred), []byte(body), maxCompressionDepth); hit {
 				b.Fatal("hit")
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime"
 	"net"
 	"net/http"
@@ -28,43 +29,50 @@ import (
 
 // Reasons of inference.failed records (and of the worker's error).
 const (
-	ReasonAuditFailure        = "audit_failure"        // the pre-effect record could not be made durable
-	ReasonUpstreamError       = "upstream_error"       // transport error, or the stream broke
-	ReasonUpstreamRedirect    = "upstream_redirect"    // a 3xx; never followed
-	ReasonUpstreamEncoding    = "upstream_encoding"    // a content coding other than identity, gzip, deflate
-	ReasonResponseTooLarge    = "response_too_large"   // over MaxResponseBytes after decoding
-	ReasonCredentialReflect   = "credential_reflected" // the response carried the credential
-	ReasonResponseUnscannable = "response_unscannable" // more distinct blocks than the guard follows
-	ReasonClientClosed        = "client_closed"        // the worker went away mid-stream
-	preEffectHeader           = "Moat-Pre-Effect"
-	brokerUserAgent           = "moat-broker/1"
-	streamReadBytes           = 32 << 10
+	ReasonAuditFailure        Reason = "audit_failure"        // the pre-effect record could not be made durable
+	ReasonUpstreamError       Reason = "upstream_error"       // transport error, or the stream broke
+	ReasonUpstreamRedirect    Reason = "upstream_redirect"    // a 3xx; never followed
+	ReasonUpstreamEncoding    Reason = "upstream_encoding"    // a content coding other than identity, gzip, deflate
+	ReasonResponseTooLarge    Reason = "response_too_large"   // over MaxResponseBytes after decoding
+	ReasonCredentialReflect   Reason = "credential_reflected" // the response carried the credential
+	ReasonResponseUnscannable Reason = "response_unscannable" // more distinct blocks than the guard follows
+	ReasonClientClosed        Reason = "client_closed"        // the worker went away mid-stream
+	preEffectHeader                  = "Moat-Pre-Effect"
+	brokerUserAgent                  = "moat-broker/1"
+	streamReadBytes                  = 32 << 10
 )
 
 // forward sends one admitted request: pre-effect record first, then the
 // request, then the scanned response. It reports whether the connection may
 // be kept.
-func (b *Broker) forward(w *conn, rt *route, p *provider, req *request, adm *wire.Request, fwd http.Header, id string, att audit.Attribution) bool {
+func (b *Broker) forward(x *exchange, req *request, adm *wire.Request, fwd map[string]string) bool {
+	p := x.provider
 	sum := sha256.Sum256(adm.Canonical)
-	line, ok := b.append(audit.InferenceRequested{
-		RequestID: id, Provider: p.name, API: rt.api, Endpoint: rt.endpoint, Model: adm.Model,
+	rec := audit.InferenceRequested{
+		RequestID: x.id, Provider: p.name, API: x.api, Endpoint: x.endpoint, Model: adm.Model,
 		BodySHA256: hex.EncodeToString(sum[:]), ReservedTokens: adm.MaxTokens, Stream: adm.Stream,
-		Attribution: att,
-	})
+		Attribution: b.attribution(x),
+	}
+	if len(fwd) > 0 {
+		// The record shows exactly the worker headers that are sent.
+		rec.Headers = fwd
+	}
+	line, ok := b.append(rec)
 	if !ok {
 		// No durable record, no request.
-		b.log.Error("moat.broker failed", "request_id", id, "reason", ReasonAuditFailure, "provider", p.name, "endpoint", rt.endpoint)
-		writeError(w.bw, rt.api, 503, ReasonAuditFailure, "moat: audit_failure: the run's audit journal failed, so this request was not sent and no further requests are possible; the run is ending", id)
-		return false
+		return b.answerFailure(x, ReasonAuditFailure, 503, "the run's audit journal failed, so this request was not sent and no further requests are possible; the run is ending")
 	}
 	if b.failed.Load() {
-		return b.failRequest(w, rt.api, id, ReasonRunFailed, 503, fmt.Sprintf("the run was stopped after a fatal event (%v); the request was not sent", b.Failed()))
+		return b.failRequest(x, ReasonRunFailed, 503, fmt.Sprintf("the run was stopped after a fatal event (%s); the request was not sent", b.fatalReason()))
 	}
-	hreq, err := http.NewRequestWithContext(b.ctx, http.MethodPost, p.url(rt.endpoint), bytes.NewReader(adm.Canonical))
+	hreq, err := http.NewRequestWithContext(b.ctx, http.MethodPost, p.url(x.endpoint), bytes.NewReader(adm.Canonical))
 	if err != nil {
-		return b.failRequest(w, rt.api, id, ReasonInternal, 500, "BUG: building the upstream request: "+err.Error())
+		return b.failRequest(x, ReasonInternal, 500, "BUG: building the upstream request: "+err.Error())
 	}
-	hreq.Header = fwd.Clone()
+	hreq.Header = make(http.Header, len(fwd)+6)
+	for name, v := range fwd {
+		hreq.Header.Set(name, v)
+	}
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept-Encoding", "gzip, deflate")
 	hreq.Header.Set("User-Agent", brokerUserAgent)
@@ -77,62 +85,71 @@ func (b *Broker) forward(w *conn, rt *route, p *provider, req *request, adm *wir
 	p.setCredential(hreq.Header)
 	resp, err := p.client.Do(hreq)
 	if err != nil {
-		return b.upstreamFailed(w, rt.api, id, p, err, ReasonUpstreamError, fmt.Sprintf("provider %q could not be reached", p.name))
+		return b.upstreamFailed(x, err, ReasonUpstreamError, fmt.Sprintf("provider %q could not be reached", p.name))
 	}
 	defer resp.Body.Close()
-	if headReflects(p.cred, resp.Status, resp.Header) {
-		return b.withhold(w, rt.api, id, "the response head")
+	if headReflects(p.pat, resp.Status, resp.Header) {
+		return b.withhold(x, "the response head")
 	}
 	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
-		return b.failRequest(w, rt.api, id, ReasonUpstreamRedirect, 502, fmt.Sprintf("provider %q answered with a redirect (HTTP %d); moat never follows redirects", p.name, resp.StatusCode))
+		return b.failRequest(x, ReasonUpstreamRedirect, 502, fmt.Sprintf("provider %q answered with a redirect (HTTP %d); moat never follows redirects", p.name, resp.StatusCode))
 	}
 	body, layers, err := decodeBody(resp)
 	if err != nil {
-		return b.upstreamFailed(w, rt.api, id, p, err, ReasonUpstreamEncoding, fmt.Sprintf("provider %q sent a response moat cannot inspect", p.name))
+		return b.upstreamFailed(x, err, ReasonUpstreamEncoding, fmt.Sprintf("provider %q sent a response moat cannot inspect", p.name))
 	}
-	hdr := [][2]string{{"Moat-Request-Id", id}}
+	hdr := [][2]string{{"Moat-Request-Id", x.id}}
 	for _, name := range returnedHeaders {
 		if v := resp.Header.Get(name); v != "" {
 			hdr = append(hdr, [2]string{name, v})
 		}
 	}
-	w.charge.deadline = time.Now().Add(b.readTimeout)
+	x.w.charge.deadline = time.Now().Add(b.readTimeout)
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "text/event-stream" {
 		// A stream that starts with a compression header is read whole:
 		// its layers are decoded and scanned before anything is released.
 		br := bufio.NewReaderSize(body, 16)
 		if start, _ := br.Peek(2); !looksCompressed(start) {
-			return b.stream(w, rt.api, id, p, resp.StatusCode, hdr, br, req.close)
+			return b.stream(x, resp.StatusCode, hdr, br, req.close)
 		}
 		body = br
 	}
-	data, err := b.readResponse(w, body)
+	data, err := b.readResponse(x.w, body)
 	var fe *frontError
 	switch {
 	case errors.As(err, &fe):
-		return b.failRequest(w, rt.api, id, fe.Code, 502, fe.Msg)
+		return b.failRequest(x, fe.Code, 502, fe.Msg)
 	case err != nil:
-		return b.upstreamFailed(w, rt.api, id, p, err, ReasonUpstreamError, fmt.Sprintf("reading the response of provider %q failed", p.name))
+		return b.upstreamFailed(x, err, ReasonUpstreamError, fmt.Sprintf("reading the response of provider %q failed", p.name))
 	}
-	hit, nested, err := inspectLayers(p.cred, data, maxCompressionDepth-layers)
+	hit, nested, err := inspectLayers(p.pat, data, maxCompressionDepth-layers)
 	switch {
 	case hit:
-		return b.withhold(w, rt.api, id, "the response body")
+		return b.withhold(x, "the response body")
 	case errors.As(err, &fe):
-		return b.failRequest(w, rt.api, id, fe.Code, 502, fe.Msg)
+		return b.failRequest(x, fe.Code, 502, fe.Msg)
 	case errors.Is(err, errUnscannable):
-		return b.failRequest(w, rt.api, id, ReasonResponseUnscannable, 502, err.Error())
+		return b.failRequest(x, ReasonResponseUnscannable, 502, err.Error())
 	case err != nil || nested:
-		return b.failRequest(w, rt.api, id, ReasonUpstreamEncoding, 502, fmt.Sprintf("provider %q sent a body that is compressed underneath its declared content coding; moat does not pass on compressed layers", p.name))
+		return b.failRequest(x, ReasonUpstreamEncoding, 502, fmt.Sprintf("provider %q sent a body that is compressed underneath its declared content coding; moat does not pass on compressed layers", p.name))
 	}
+	// The answer is released while its completion record syncs (doc.go
+	// says why that is safe): the record is written in its place first,
+	// and the request is done only once it is durable.
 	rsum := sha256.Sum256(data)
-	if _, ok := b.append(audit.InferenceCompleted{RequestID: id, Status: resp.StatusCode,
-		ResponseSHA256: hex.EncodeToString(rsum[:]), ResponseBytes: int64(len(data)), Usage: usageOf(data)}); !ok {
-		writeError(w.bw, rt.api, 503, ReasonAuditFailure, "moat: audit_failure: the run's audit journal failed; the response is withheld and the run is ending", id)
+	_, wait, ok := b.appendAsync(audit.InferenceCompleted{RequestID: x.id, Status: resp.StatusCode,
+		ResponseSHA256: hex.EncodeToString(rsum[:]), ResponseBytes: int64(len(data)), Usage: usageOf(data)}, true)
+	if !ok {
+		return b.answerFailure(x, ReasonAuditFailure, 503, "the run's audit journal failed; the response is withheld and the run is ending")
+	}
+	x.status = resp.StatusCode
+	werr := writeFull(x.w.bw, resp.StatusCode, hdr, data, req.close)
+	if !b.synced(wait) {
+		b.logDecision(x, slog.LevelWarn, decisionFailed, ReasonAuditFailure, "moat: audit_failure: the completion record could not be made durable after the answer was released; the run is ending")
 		return false
 	}
-	b.log.Info("moat.broker completed", "request_id", id, "provider", p.name, "endpoint", rt.endpoint, "status", resp.StatusCode)
-	return writeFull(w.bw, resp.StatusCode, hdr, data, req.close) == nil
+	b.logDecision(x, slog.LevelInfo, decisionCompleted, "", "")
+	return werr == nil
 }
 
 // readResponse buffers a decoded response, charging it to the memory
@@ -163,17 +180,19 @@ func (b *Broker) readResponse(w *conn, body io.Reader) ([]byte, error) {
 // stream passes an SSE response through as it arrives. Every byte is
 // scanned before release, and bytes are released only up to the end of the
 // last complete event (see scan.go), so the event in progress is held back.
-func (b *Broker) stream(w *conn, api, id string, p *provider, status int, hdr [][2]string, body io.Reader, closeAfter bool) bool {
+func (b *Broker) stream(x *exchange, status int, hdr [][2]string, body io.Reader, closeAfter bool) bool {
+	w, p := x.w, x.provider
 	hdr = append(hdr, [2]string{"Transfer-Encoding", "chunked"}, [2]string{"Cache-Control", "no-cache"})
 	if closeAfter {
 		hdr = append(hdr, [2]string{"Connection", "close"})
 	}
+	x.status = status
 	writeHead(w.bw, status, hdr)
 	if err := w.bw.Flush(); err != nil {
-		return b.failStream(id, ReasonClientClosed, "the worker closed the connection")
+		return b.failStream(x, ReasonClientClosed, "the worker closed the connection")
 	}
 	var (
-		sc       = newScanner(p.cred)
+		sc       = newScanner(p.pat)
 		cw       = chunkWriter{w.bw}
 		sum      = sha256.New()
 		usage    sseUsage
@@ -191,7 +210,7 @@ func (b *Broker) stream(w *conn, api, id string, p *provider, status int, hdr []
 	}
 	reflected := func() bool {
 		b.fatal(ReasonCredentialReflect, fmt.Errorf("%w (in the stream)", errReflected))
-		b.abortStream(w, api, id, ReasonCredentialReflect, "the provider's response was withheld from here on: it contained the run's credential; the run is being cancelled")
+		b.abortStream(x, ReasonCredentialReflect, "the provider's response was withheld from here on: it contained the run's credential; the run is being cancelled")
 		return false
 	}
 	for {
@@ -199,31 +218,31 @@ func (b *Broker) stream(w *conn, api, id string, p *provider, status int, hdr []
 		if n > 0 {
 			total += int64(n)
 			if total > MaxResponseBytes {
-				b.abortStream(w, api, id, ReasonResponseTooLarge, fmt.Sprintf("the streamed response is larger than %d bytes", MaxResponseBytes))
+				b.abortStream(x, ReasonResponseTooLarge, fmt.Sprintf("the streamed response is larger than %d bytes", MaxResponseBytes))
 				return false
 			}
 			if sc.Write(buf[:n]) {
 				return reflected()
 			}
 			if sc.err != nil {
-				b.abortStream(w, api, id, ReasonResponseUnscannable, sc.err.Error())
+				b.abortStream(x, ReasonResponseUnscannable, sc.err.Error())
 				return false
 			}
 			pending = append(pending, buf[:n]...)
 			if cut := sc.safe - released; cut > 0 {
 				if err := release(pending[:cut]); err != nil {
-					return b.failStream(id, ReasonClientClosed, "the worker closed the connection mid-stream")
+					return b.failStream(x, ReasonClientClosed, "the worker closed the connection mid-stream")
 				}
 				pending = append(pending[:0], pending[cut:]...)
 			}
 			if len(pending) > maxStreamEventBytes {
-				b.abortStream(w, api, id, ReasonResponseTooLarge, fmt.Sprintf("an SSE event is larger than %d bytes; moat holds each event until it is complete to scan it", maxStreamEventBytes))
+				b.abortStream(x, ReasonResponseTooLarge, fmt.Sprintf("an SSE event is larger than %d bytes; moat holds each event until it is complete to scan it", maxStreamEventBytes))
 				return false
 			}
 			if c := int64(cap(pending)); c > charged {
 				if err := w.charge.takeRaw(c - charged); err != nil {
 					fe := err.(*frontError)
-					b.abortStream(w, api, id, fe.Code, fe.Msg)
+					b.abortStream(x, fe.Code, fe.Msg)
 					return false
 				}
 				charged = c
@@ -233,10 +252,10 @@ func (b *Broker) stream(w *conn, api, id string, p *provider, status int, hdr []
 			break
 		}
 		if rerr != nil {
-			if containsCredential(p.cred, []byte(rerr.Error())) {
+			if containsCredential(p.pat, []byte(rerr.Error())) {
 				return reflected()
 			}
-			b.abortStream(w, api, id, ReasonUpstreamError, "the provider's stream broke: "+upstreamErrText(rerr))
+			b.abortStream(x, ReasonUpstreamError, "the provider's stream broke: "+upstreamErrText(rerr))
 			return false
 		}
 	}
@@ -244,49 +263,78 @@ func (b *Broker) stream(w *conn, api, id string, p *provider, status int, hdr []
 		return reflected()
 	}
 	if sc.err != nil {
-		b.abortStream(w, api, id, ReasonResponseUnscannable, sc.err.Error())
+		b.abortStream(x, ReasonResponseUnscannable, sc.err.Error())
 		return false
 	}
 	if err := release(pending); err != nil {
-		return b.failStream(id, ReasonClientClosed, "the worker closed the connection mid-stream")
+		return b.failStream(x, ReasonClientClosed, "the worker closed the connection mid-stream")
 	}
-	if _, ok := b.append(audit.InferenceCompleted{RequestID: id, Status: status,
-		ResponseSHA256: hex.EncodeToString(sum.Sum(nil)), ResponseBytes: total, Usage: usage.u}); !ok {
+	_, wait, ok := b.appendAsync(audit.InferenceCompleted{RequestID: x.id, Status: status,
+		ResponseSHA256: hex.EncodeToString(sum.Sum(nil)), ResponseBytes: total, Usage: usage.u}, true)
+	if !ok {
 		return false // the stream is cut short without its terminating chunk
 	}
-	b.log.Info("moat.broker completed", "request_id", id, "provider", p.name, "status", status, "stream", true)
-	return cw.end() == nil
+	werr := cw.end()
+	if !b.synced(wait) {
+		b.logDecision(x, slog.LevelWarn, decisionFailed, ReasonAuditFailure, "moat: audit_failure: the completion record could not be made durable after the stream ended; the run is ending")
+		return false
+	}
+	b.logDecision(x, slog.LevelInfo, decisionCompleted, "", "")
+	return werr == nil
 }
+
+// failurePrefix is the edge's prefix of a failure's detail: "moat:
+// <reason>: ". Messages inside moat carry none.
+func failurePrefix(reason Reason) string { return "moat: " + string(reason) + ": " }
 
 // abortStream ends a stream the worker already started to read: an error
 // event in the API's shape, then the connection is closed without the
 // terminating chunk, so SDKs report an error.
-func (b *Broker) abortStream(w *conn, api, id, reason, msg string) {
-	b.failStream(id, reason, msg)
-	ev := "event: error\ndata: " + string(errorBody(api, 502, reason, "moat: "+reason+": "+msg)) + "\n\n"
-	chunkWriter{w.bw}.write([]byte(ev))
+func (b *Broker) abortStream(x *exchange, reason Reason, msg string) {
+	detail := b.failStreamDetail(x, reason, msg)
+	ev := "event: error\ndata: " + string(errorBody(x.api, 502, reason, detail)) + "\n\n"
+	chunkWriter{x.w.bw}.write([]byte(ev))
 }
 
-func (b *Broker) failStream(id, reason, msg string) bool {
-	msg = strings.ToValidUTF8(msg, "\uFFFD")
-	b.log.Warn("moat.broker failed", "request_id", id, "reason", reason, "detail", msg)
-	b.append(audit.InferenceFailed{RequestID: id, Reason: reason, Detail: "moat: " + reason + ": " + msg})
+// failStream journals inference.failed for a request that had its
+// pre-effect record and logs its canonical line; it reports false.
+func (b *Broker) failStream(x *exchange, reason Reason, msg string) bool {
+	b.failStreamDetail(x, reason, msg)
 	return false
+}
+
+func (b *Broker) failStreamDetail(x *exchange, reason Reason, msg string) string {
+	detail := wire.BoundTo(failurePrefix(reason)+strings.ToValidUTF8(msg, "\uFFFD"), MaxDetailBytes)
+	b.logDecision(x, slog.LevelWarn, decisionFailed, reason, detail)
+	b.append(audit.InferenceFailed{RequestID: x.id, Reason: string(reason), Detail: detail})
+	return detail
 }
 
 // failRequest journals inference.failed for a request that had its
 // pre-effect record, and answers the worker with an error.
-func (b *Broker) failRequest(w *conn, api, id, reason string, status int, msg string) bool {
-	b.failStream(id, reason, msg)
-	writeError(w.bw, api, status, reason, "moat: "+reason+": "+msg, id)
+func (b *Broker) failRequest(x *exchange, reason Reason, status int, msg string) bool {
+	x.status = status
+	detail := b.failStreamDetail(x, reason, msg)
+	writeError(x.w.bw, x.api, status, reason, detail, x.id)
+	return false
+}
+
+// answerFailure answers a request whose record could not be made (the
+// journal failed): nothing more can be journaled, so only the log line
+// and the answer say so.
+func (b *Broker) answerFailure(x *exchange, reason Reason, status int, msg string) bool {
+	x.status = status
+	detail := failurePrefix(reason) + msg
+	b.logDecision(x, slog.LevelWarn, decisionFailed, reason, detail)
+	writeError(x.w.bw, x.api, status, reason, detail, x.id)
 	return false
 }
 
 // withhold handles a response that carried the credential: the run is
 // stopped first (so no other request leaves), then the failure journaled.
-func (b *Broker) withhold(w *conn, api, id, where string) bool {
+func (b *Broker) withhold(x *exchange, where string) bool {
 	b.fatal(ReasonCredentialReflect, fmt.Errorf("%w (in %s)", errReflected, where))
-	return b.failRequest(w, api, id, ReasonCredentialReflect, 502,
+	return b.failRequest(x, ReasonCredentialReflect, 502,
 		"the provider's response was withheld: it contained the run's credential; the run is being cancelled")
 }
 
@@ -294,11 +342,11 @@ func (b *Broker) withhold(w *conn, api, id, where string) bool {
 // provider bytes (net/http quotes malformed status lines and headers), so
 // it is scanned, and what the worker and the journal get is only
 // upstreamErrText's fixed description.
-func (b *Broker) upstreamFailed(w *conn, api, id string, p *provider, err error, reason, what string) bool {
-	if containsCredential(p.cred, []byte(err.Error())) {
-		return b.withhold(w, api, id, "an upstream error")
+func (b *Broker) upstreamFailed(x *exchange, err error, reason Reason, what string) bool {
+	if containsCredential(x.provider.pat, []byte(err.Error())) {
+		return b.withhold(x, "an upstream error")
 	}
-	return b.failRequest(w, api, id, reason, 502, what+": "+upstreamErrText(err))
+	return b.failRequest(x, reason, 502, what+": "+upstreamErrText(err))
 }
 
 // upstreamErrText describes an upstream error without any of its text:

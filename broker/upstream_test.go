@@ -35,10 +35,10 @@ func TestRedirectNotFollowed(t *testing.T) {
 				http.Redirect(w, r, target.URL+"/v1/messages", code)
 			})
 			r := h.raw(post("/v1/messages", anthropicBody))
-			if r.status != 502 || !strings.Contains(r.body, ReasonUpstreamRedirect) {
+			if r.status != 502 || !strings.Contains(r.body, string(ReasonUpstreamRedirect)) {
 				t.Errorf("status %d body %s, want 502 %s", r.status, r.body, ReasonUpstreamRedirect)
 			}
-			if rec := h.lastRecord(); rec["type"] != audit.TypeInferenceFailed || rec["reason"] != ReasonUpstreamRedirect {
+			if rec := h.lastRecord(); rec["type"] != audit.TypeInferenceFailed || rec["reason"] != string(ReasonUpstreamRedirect) {
 				t.Errorf("last record %v/%v, want inference.failed/%s", rec["type"], rec["reason"], ReasonUpstreamRedirect)
 			}
 			mu.Lock()
@@ -76,7 +76,7 @@ func TestUpstreamEncoding(t *testing.T) {
 			io.WriteString(w, "\x0b\x02\x80")
 		})
 		r := h.raw(post("/v1/messages", anthropicBody))
-		if r.status != 502 || !strings.Contains(r.body, ReasonUpstreamEncoding) {
+		if r.status != 502 || !strings.Contains(r.body, string(ReasonUpstreamEncoding)) {
 			t.Errorf("status %d body %s, want 502 %s", r.status, r.body, ReasonUpstreamEncoding)
 		}
 		h.fp.setRespond(nil)
@@ -254,11 +254,11 @@ func TestReflection(t *testing.T) {
 			if strings.Contains(got, tc.cred) || strings.Contains(got, esc(tc.cred)) {
 				t.Errorf("the worker received the credential: %q", got)
 			}
-			if !strings.Contains(got, ReasonCredentialReflect) {
+			if !strings.Contains(got, string(ReasonCredentialReflect)) {
 				t.Errorf("worker got %q, want an error naming %s", got, ReasonCredentialReflect)
 			}
 			expectFatal(t, h, ReasonCredentialReflect)
-			if rec := h.records(audit.TypeInferenceFailed); len(rec) != 1 || rec[0]["reason"] != ReasonCredentialReflect {
+			if rec := h.records(audit.TypeInferenceFailed); len(rec) != 1 || rec[0]["reason"] != string(ReasonCredentialReflect) {
 				t.Errorf("inference.failed records %v, want one with reason %s", rec, ReasonCredentialReflect)
 			}
 			for _, l := range h.j.lines() {
@@ -347,7 +347,7 @@ func TestStreamClientGone(t *testing.T) {
 	for len(h.records(audit.TypeInferenceFailed)) == 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if rec := h.records(audit.TypeInferenceFailed); len(rec) != 1 || rec[0]["reason"] != ReasonClientClosed {
+	if rec := h.records(audit.TypeInferenceFailed); len(rec) != 1 || rec[0]["reason"] != string(ReasonClientClosed) {
 		t.Errorf("inference.failed records %v, want one with reason %s", rec, ReasonClientClosed)
 	}
 	h.fp.setRespond(nil)

@@ -126,9 +126,9 @@ func (f Fatal) String() string { return f.Reason + ": " + f.Msg }
 // the limit itself for a run-wide cap, else cancelled.
 func (f Fatal) TerminalReason() audit.TerminalReason {
 	switch f.Reason {
-	case broker.ReasonRefusalLimit:
+	case string(broker.ReasonRefusalLimit):
 		return audit.ReasonRefusalLimit
-	case broker.ReasonJournalLimit:
+	case string(broker.ReasonJournalLimit):
 		return audit.ReasonJournalLimit
 	}
 	return audit.ReasonCancelled

@@ -8,19 +8,19 @@ import (
 // The refusals shared by every API. Each message says why moat refuses and
 // what the client can do instead.
 var (
-	denyURLSource = denial{"url_source",
+	denyURLSource = denial{ReasonURLSource,
 		"content fetched by the provider from a URL is not allowed (moat cannot see what would be fetched); send the content inline instead (base64 data, a data: URL, or text)"}
-	denyFileReference = denial{"file_reference",
+	denyFileReference = denial{ReasonFileReference,
 		"references to files stored at the provider are not allowed (moat cannot see their content); send the content inline instead (base64 data or a data: URL)"}
-	denyServerTool = denial{"server_tool",
+	denyServerTool = denial{ReasonServerTool,
 		"provider-hosted tools, and the blocks and items they produce, are not allowed (they act outside the sandbox where moat cannot see); define a custom/function tool that the client runs instead"}
-	denyMCPServer = denial{"mcp_server",
+	denyMCPServer = denial{ReasonMCPServer,
 		"remote MCP servers are not allowed (the provider would connect to them outside moat); remove them and expose the capability as a client-side tool instead"}
-	denyCompaction = denial{"server_compaction",
+	denyCompaction = denial{ReasonServerCompaction,
 		"server-side compaction is not allowed (the provider would rewrite the conversation where moat cannot see); remove it and manage the context on the client"}
-	denyContextManagement = denial{"context_management",
+	denyContextManagement = denial{ReasonContextManagement,
 		"server-side context management is not allowed (the provider would change the conversation where moat cannot see); remove it and manage the context on the client"}
-	denyServerState = denial{"server_state",
+	denyServerState = denial{ReasonServerState,
 		"state held by the provider is not allowed (moat cannot see it); send the whole conversation in the request instead, with store false"}
 )
 
@@ -40,7 +40,7 @@ func inlineURL() *node {
 func exactlyOne(why string) *node {
 	return integer().with(func(v any) *denial {
 		if n, err := v.(interface{ Int64() (int64, error) }).Int64(); err != nil || n != 1 {
-			return &denial{"invalid_value", fmt.Sprintf("must be 1, got %v (%s)", v, why)}
+			return &denial{ReasonInvalidValue, fmt.Sprintf("must be 1, got %v (%s)", v, why)}
 		}
 		return nil
 	})

@@ -34,7 +34,8 @@ const (
 // denial is a refusal for a construct that moat recognizes and will not
 // forward. msg says what to change.
 type denial struct {
-	code, msg string
+	code Reason
+	msg  string
 }
 
 type node struct {
@@ -58,15 +59,15 @@ type node struct {
 
 type fields map[string]*node
 
-func str() *node                  { return &node{kind: kString} }
-func enum(vals ...string) *node   { return &node{kind: kString, enum: vals} }
-func num() *node                  { return &node{kind: kNumber} }
-func integer() *node              { return &node{kind: kInteger} }
-func boolean() *node              { return &node{kind: kBool} }
-func anyJSON() *node              { return &node{kind: kAny} }
-func arr(e *node) *node           { return &node{kind: kArray, elem: e} }
-func oneOf(alts ...*node) *node   { return &node{kind: kOneOf, alts: alts} }
-func deny(code, msg string) *node { return &node{kind: kDeny, deny: denial{code, msg}} }
+func str() *node                         { return &node{kind: kString} }
+func enum(vals ...string) *node          { return &node{kind: kString, enum: vals} }
+func num() *node                         { return &node{kind: kNumber} }
+func integer() *node                     { return &node{kind: kInteger} }
+func boolean() *node                     { return &node{kind: kBool} }
+func anyJSON() *node                     { return &node{kind: kAny} }
+func arr(e *node) *node                  { return &node{kind: kArray, elem: e} }
+func oneOf(alts ...*node) *node          { return &node{kind: kOneOf, alts: alts} }
+func deny(code Reason, msg string) *node { return &node{kind: kDeny, deny: denial{code, msg}} }
 func obj(f fields, required ...string) *node {
 	return &node{kind: kObject, fields: f, required: required}
 }
@@ -93,15 +94,15 @@ func (n *node) with(check func(v any) *denial) *node {
 	return &c
 }
 
-// Refusal builders. Every message starts "moat: refused:" and says what to
-// change.
+// Refusal builders. Every message says what to change; the prefix
+// "moat: refused:" is added once, where the message leaves moat.
 
-func refuse(code, path, format string, args ...any) *Refusal {
+func refuse(code Reason, path, format string, args ...any) *Refusal {
 	where := ""
 	if path != "" {
 		where = path + ": "
 	}
-	return &Refusal{Code: code, Message: "moat: refused: " + where + fmt.Sprintf(format, args...)}
+	return &Refusal{Code: code, Message: where + fmt.Sprintf(format, args...)}
 }
 
 func (d denial) at(path string) *Refusal { return refuse(d.code, path, "%s", d.msg) }
@@ -206,7 +207,7 @@ func (n *node) kindName() string {
 }
 
 func wrongKind(n *node, p *walker, v any) *Refusal {
-	return refuse("invalid_value", p.String(), "must be %s, got %s", n.kindName(), jsonKind(v))
+	return refuse(ReasonInvalidValue, p.String(), "must be %s, got %s", n.kindName(), jsonKind(v))
 }
 
 // validate checks v against n at path p.
@@ -237,7 +238,7 @@ func (n *node) validateKind(p *walker, v any) *Refusal {
 			return d.at(p.String())
 		}
 		if n.enum != nil && !slices.Contains(n.enum, s) {
-			return refuse("invalid_value", p.String(), "%s is not allowed (allowed: %s)", Quote(s), strings.Join(n.enum, ", "))
+			return refuse(ReasonInvalidValue, p.String(), "%s is not allowed (allowed: %s)", Quote(s), strings.Join(n.enum, ", "))
 		}
 		return nil
 	case kNumber, kInteger:
@@ -247,7 +248,7 @@ func (n *node) validateKind(p *walker, v any) *Refusal {
 		}
 		if n.kind == kInteger {
 			if _, err := num.Int64(); err != nil {
-				return refuse("invalid_value", p.String(), "must be an integer, got %s", num)
+				return refuse(ReasonInvalidValue, p.String(), "must be an integer, got %s", num)
 			}
 		}
 		return nil
@@ -289,11 +290,11 @@ func (n *node) validateKind(p *walker, v any) *Refusal {
 		if tv, present := m[n.tagKey]; present {
 			s, ok := tv.(string)
 			if !ok {
-				return refuse("invalid_value", p.fieldString(n.tagKey), "must be a string, got %s", jsonKind(tv))
+				return refuse(ReasonInvalidValue, p.fieldString(n.tagKey), "must be a string, got %s", jsonKind(tv))
 			}
 			tag = s
 		} else if tag == "" {
-			return refuse("missing_field", p.fieldString(n.tagKey), "required field is missing (allowed: %s)", strings.Join(n.tagNames(), ", "))
+			return refuse(ReasonMissingField, p.fieldString(n.tagKey), "required field is missing (allowed: %s)", strings.Join(n.tagNames(), ", "))
 		}
 		sub, ok := n.tags[tag]
 		if !ok {
@@ -302,7 +303,7 @@ func (n *node) validateKind(p *walker, v any) *Refusal {
 					return d.at(p.fieldString(n.tagKey))
 				}
 			}
-			return refuse("unknown_type", p.fieldString(n.tagKey), "%s is not a %s moat forwards (allowed: %s); use one of those", Quote(tag), n.tagKey, strings.Join(n.tagNames(), ", "))
+			return refuse(ReasonUnknownType, p.fieldString(n.tagKey), "%s is not a %s moat forwards (allowed: %s); use one of those", Quote(tag), n.tagKey, strings.Join(n.tagNames(), ", "))
 		}
 		if r := sub.validateFields(p, m, n.tagKey); r != nil {
 			return r
@@ -322,7 +323,7 @@ func (n *node) validateKind(p *walker, v any) *Refusal {
 		}
 		return wrongKind(n, p, v)
 	}
-	return refuse("invalid_value", p.String(), "BUG: invalid schema node")
+	return refuse(ReasonInternal, p.String(), "BUG: invalid schema node")
 }
 
 // accepts reports whether n is the alternative for JSON kind k in a oneOf.
@@ -360,7 +361,7 @@ func (n *node) tagNames() []string {
 func (n *node) validateFields(p *walker, m map[string]any, skip string) *Refusal {
 	for _, name := range n.required {
 		if v, ok := m[name]; !ok || v == nil {
-			return refuse("missing_field", p.fieldString(name), "required field is missing")
+			return refuse(ReasonMissingField, p.fieldString(name), "required field is missing")
 		}
 	}
 	// Sorted for a deterministic first refusal.
@@ -376,7 +377,7 @@ func (n *node) validateFields(p *walker, m map[string]any, skip string) *Refusal
 		}
 		f, ok := n.fields[name]
 		if !ok {
-			return refuse("unknown_field", p.fieldString(name), "field is not allowed (moat forwards only fields it knows how to check); remove it")
+			return refuse(ReasonUnknownField, p.fieldString(name), "field is not allowed (moat forwards only fields it knows how to check); remove it")
 		}
 		v := m[name]
 		if v == nil {
@@ -403,7 +404,7 @@ func (n *node) validateFields(p *walker, m map[string]any, skip string) *Refusal
 func anyObject() *node {
 	return anyJSON().with(func(v any) *denial {
 		if _, ok := v.(map[string]any); !ok {
-			return &denial{"invalid_value", "must be an object, got " + jsonKind(v)}
+			return &denial{ReasonInvalidValue, "must be an object, got " + jsonKind(v)}
 		}
 		return nil
 	})

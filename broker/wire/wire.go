@@ -97,13 +97,43 @@ type Request struct {
 	Stream    bool
 }
 
+// Reason is the stable code of a refusal: the reason of the journal's
+// inference.refused and inference.failed records, the Moat-Reason header
+// and the API error's code. The broker's own codes (framing, headers,
+// upstream) have this type too, so one type names every decision.
+type Reason string
+
+// The codes of this package (see the package doc). ReasonInternal is a
+// bug in moat: it is never reported under a code that blames the client.
+const (
+	ReasonInvalidJSON       Reason = "invalid_json"
+	ReasonInvalidValue      Reason = "invalid_value"
+	ReasonMissingField      Reason = "missing_field"
+	ReasonUnknownField      Reason = "unknown_field"
+	ReasonUnknownType       Reason = "unknown_type"
+	ReasonWrongEndpoint     Reason = "wrong_endpoint"
+	ReasonModelNotAllowed   Reason = "model_not_allowed"
+	ReasonMaxTokensExceeded Reason = "max_tokens_exceeded"
+	ReasonURLSource         Reason = "url_source"
+	ReasonFileReference     Reason = "file_reference"
+	ReasonServerTool        Reason = "server_tool"
+	ReasonMCPServer         Reason = "mcp_server"
+	ReasonServerCompaction  Reason = "server_compaction"
+	ReasonContextManagement Reason = "context_management"
+	ReasonServerState       Reason = "server_state"
+	ReasonInternal          Reason = "internal_error"
+)
+
 // Refusal says why a request was not admitted.
 type Refusal struct {
-	Code    string // stable reason code (see the package doc)
-	Message string // actionable by a human and a model: says what to change
+	Code Reason // stable reason code
+	// Message is actionable by a human and a model: it says what to
+	// change. It carries no "moat: refused:" prefix; the broker adds that
+	// once, where the message leaves moat (Error adds it too).
+	Message string
 }
 
-func (r *Refusal) Error() string { return r.Message }
+func (r *Refusal) Error() string { return "moat: refused: " + r.Message }
 
 // endpoint is one admitted POST path of an API.
 type endpoint struct {
@@ -153,11 +183,11 @@ func Endpoints(api string) []string {
 func Admit(api, endpointPath string, body []byte, lim Limits) (*Request, *Refusal) {
 	spec, ok := apis[api]
 	if !ok {
-		return nil, refuse("wrong_endpoint", "", "API %q is not supported (supported: %s, %s, %s)", api, APIAnthropicMessages, APIOpenAIChat, APIOpenAIResponses)
+		return nil, refuse(ReasonWrongEndpoint, "", "API %q is not supported (supported: %s, %s, %s)", api, APIAnthropicMessages, APIOpenAIChat, APIOpenAIResponses)
 	}
 	ep, ok := spec.endpoints[endpointPath]
 	if !ok {
-		return nil, refuse("wrong_endpoint", "", "POST %s is not an endpoint moat forwards for %s (allowed: %s)", quotePath(endpointPath), api, strings.Join(Endpoints(api), ", "))
+		return nil, refuse(ReasonWrongEndpoint, "", "POST %s is not an endpoint moat forwards for %s (allowed: %s)", quotePath(endpointPath), api, strings.Join(Endpoints(api), ", "))
 	}
 	canon, err := strictjson.Canonicalize(body)
 	if err != nil {
@@ -169,7 +199,7 @@ func Admit(api, endpointPath string, body []byte, lim Limits) (*Request, *Refusa
 	}
 	top, ok := tree.(map[string]any)
 	if !ok {
-		return nil, refuse("invalid_json", "", "the request body must be a JSON object, got %s", jsonKind(tree))
+		return nil, refuse(ReasonInvalidJSON, "", "the request body must be a JSON object, got %s", jsonKind(tree))
 	}
 	if r := ep.schema.validate(&walker{segs: make([]seg, 0, 16)}, top); r != nil {
 		return nil, r
@@ -180,7 +210,7 @@ func Admit(api, endpointPath string, body []byte, lim Limits) (*Request, *Refusa
 		if len(lim.Models) > 0 {
 			allowed = strings.Join(lim.Models, ", ")
 		}
-		return nil, refuse("model_not_allowed", "model", "model %s is not allowed by policy (allowed: %s)", Quote(model), allowed)
+		return nil, refuse(ReasonModelNotAllowed, "model", "model %s is not allowed by policy (allowed: %s)", Quote(model), allowed)
 	}
 	changed := false
 	maxTokens := 0
@@ -205,7 +235,7 @@ func Admit(api, endpointPath string, body []byte, lim Limits) (*Request, *Refusa
 	}
 	if changed {
 		if canon, err = strictjson.Encode(top); err != nil {
-			return nil, refuse("invalid_json", "", "BUG: re-encoding an admitted request: %v", err)
+			return nil, refuse(ReasonInternal, "", "BUG: re-encoding an admitted request: %v", err)
 		}
 	}
 	stream, _ := top["stream"].(bool)
@@ -217,7 +247,7 @@ func Admit(api, endpointPath string, body []byte, lim Limits) (*Request, *Refusa
 // first field. It reports whether top changed.
 func reserveTokens(top map[string]any, fields []string, max int) (int, bool, *Refusal) {
 	if max <= 0 {
-		return 0, false, refuse("max_tokens_exceeded", "", "policy allows no output tokens (inference.max_output_tokens is 0); ask the operator to raise it")
+		return 0, false, refuse(ReasonMaxTokensExceeded, "", "policy allows no output tokens (inference.max_output_tokens is 0); ask the operator to raise it")
 	}
 	var set []string
 	changed := false
@@ -239,15 +269,15 @@ func reserveTokens(top map[string]any, fields []string, max int) (int, bool, *Re
 		return max, true, nil
 	case 1:
 	default:
-		return 0, false, refuse("invalid_value", "", "%s are both set, which is ambiguous; set only %s (at most %d)", strings.Join(set, " and "), fields[0], max)
+		return 0, false, refuse(ReasonInvalidValue, "", "%s are both set, which is ambiguous; set only %s (at most %d)", strings.Join(set, " and "), fields[0], max)
 	}
 	f := set[0]
 	n, err := top[f].(strictjson.Number).Int64() // the schema checked it is an integer
 	if err != nil || n < 1 {
-		return 0, false, refuse("invalid_value", f, "must be a positive integer (at most %d), got %v", max, top[f])
+		return 0, false, refuse(ReasonInvalidValue, f, "must be a positive integer (at most %d), got %v", max, top[f])
 	}
 	if n > int64(max) {
-		return 0, false, refuse("max_tokens_exceeded", f, "%d is above the policy limit of %d output tokens; set %s to at most %d", n, max, f, max)
+		return 0, false, refuse(ReasonMaxTokensExceeded, f, "%d is above the policy limit of %d output tokens; set %s to at most %d", n, max, f, max)
 	}
 	return int(n), changed, nil
 }
@@ -258,7 +288,7 @@ func invalidJSON(err error) *Refusal {
 	if errors.As(err, &se) {
 		why = strings.TrimPrefix(strings.TrimPrefix(why, "strictjson: "), "jsontext: ")
 	}
-	return refuse("invalid_json", "", "the request body is not strict JSON (%s); send one JSON object with unique member names and valid UTF-8", Bound(why))
+	return refuse(ReasonInvalidJSON, "", "the request body is not strict JSON (%s); send one JSON object with unique member names and valid UTF-8", Bound(why))
 }
 
 // quotePath quotes a client-supplied path for a message, bounded.

@@ -45,7 +45,7 @@ type ruleCase struct {
 	name     string
 	api      string
 	bad      string // refused with code, naming path
-	code     string
+	code     Reason
 	path     string // a substring the message must contain (the JSON path)
 	good     string // the closest variant that is admitted
 	endpoint string // default: the API's main endpoint
@@ -176,8 +176,8 @@ func TestRules(t *testing.T) {
 				t.Errorf("got code %s (%s), want %s", ref.Code, ref.Message, tc.code)
 			case !strings.Contains(ref.Message, tc.path):
 				t.Errorf("message %q does not name %q", ref.Message, tc.path)
-			case !strings.HasPrefix(ref.Message, "moat: refused: "):
-				t.Errorf("message %q does not start with \"moat: refused: \"", ref.Message)
+			case strings.Contains(ref.Message, "refused:") || !strings.HasPrefix(ref.Error(), "moat: refused: ") || strings.Count(ref.Error(), "moat: ") != 1:
+				t.Errorf("message %q / error %q: want the prefix \"moat: refused: \" once, in Error only", ref.Message, ref.Error())
 			}
 			goodEP := ep
 			if tc.code == "wrong_endpoint" {
@@ -307,7 +307,10 @@ func TestRefusalQuotesBounded(t *testing.T) {
 	long := strings.Repeat("é", 2<<20) // 4 MiB, two-byte runes: the cut must not split one
 	sum := sha256.Sum256([]byte(long))
 	digest := fmt.Sprintf("(%d bytes, sha256 %s)", len(long), hex.EncodeToString(sum[:]))
-	tests := []struct{ name, api, body, code string }{
+	tests := []struct {
+		name, api, body string
+		code            Reason
+	}{
 		{"model", APIAnthropicMessages, `{"model":"` + long + `","max_tokens":1,"messages":[]}`, "model_not_allowed"},
 		{"enum value", APIAnthropicMessages, anthTop(`,"service_tier":"` + long + `"`), "invalid_value"},
 		{"tag", APIAnthropicMessages, anthUser(`{"type":"` + long + `"}`), "unknown_type"},

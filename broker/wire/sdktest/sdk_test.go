@@ -214,7 +214,7 @@ func TestSDKMutationsRefused(t *testing.T) {
 	tests := []struct {
 		name   string
 		api    string
-		code   string
+		code   wire.Reason
 		mutate func(m obj)
 	}{
 		{"unknown field", wire.APIAnthropicMessages, "unknown_field", func(m obj) { m["beta_flag"] = true }},
