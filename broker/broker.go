@@ -94,6 +94,10 @@ type Config struct {
 	Policy     *policy.Policy // validated
 	Journal    Journal
 	Attributor boundary.Attributor // nil: every request is attributed "unavailable"
+	// Tools, when set, serves every path under ToolsPathPrefix (/mcp/):
+	// the tool gateway (broker/tools), reached through the same strict
+	// front, with the connection's attribution (AttributionFrom).
+	Tools http.Handler
 	// AttributionUnavailable, when non-empty, says the backend is
 	// endpoint-only; this reason is recorded on every request.
 	AttributionUnavailable string
@@ -600,6 +604,9 @@ func (b *Broker) logDecision(x *exchange, level slog.Level, decision string, rea
 // handle serves one framed request and reports whether the connection
 // may be kept.
 func (b *Broker) handle(x *exchange, req *request) bool {
+	if b.cfg.Tools != nil && strings.HasPrefix(req.path, ToolsPathPrefix) {
+		return b.serveTools(x, req)
+	}
 	rt, ok := b.routes[req.path]
 	if !ok {
 		return b.refuse(x, refuse(ReasonPathNotAllowed, 404,
