@@ -5,12 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/boundary/internal/initkit"
 	"github.com/moat-sandbox/moat/internal/grants"
 	"github.com/moat-sandbox/moat/internal/hostinfo"
 	"github.com/moat-sandbox/moat/internal/reaper"
@@ -154,13 +153,12 @@ type sandbox struct {
 	reaper   *reaper.Reaper
 	cgroups  []string // runsc's cgroup directories, removed on Terminate
 
-	conn       *net.UnixConn
+	conn       *initkit.Conn
 	initPID    int // host pid of the init
 	sandboxPID int // host pid of the runsc sandbox process
 	listener   *os.File
 	port       int
 
-	wmu     sync.Mutex
 	mu      sync.Mutex
 	nextID  int
 	pending map[int]*proc
@@ -175,54 +173,32 @@ type sandbox struct {
 // sandbox's lifetime: Pdeathsig fires when that thread exits, which is
 // when moat dies.
 func (s *sandbox) startInit(exe string, cfg initConfig) error {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	conn, child, err := initkit.Pair()
 	if err != nil {
 		return err
 	}
-	parent := os.NewFile(uintptr(fds[0]), "control")
-	child := os.NewFile(uintptr(fds[1]), "control-child")
-	fc, err := net.FileConn(parent)
-	parent.Close()
-	if err != nil {
-		child.Close()
-		return err
+	s.conn = conn
+	defer child.Close()
+	cmd := exec.Command(exe, InitHelper)
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	if d := os.Getenv("MOAT_RUNSC_DEBUG"); d != "" {
+		cmd.Env = append(cmd.Env, "MOAT_RUNSC_DEBUG="+d)
 	}
-	s.conn = fc.(*net.UnixConn)
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		// Never unlocked: the thread exits with this goroutine, after the
-		// init has exited.
-		cmd := exec.Command(exe, InitHelper)
-		cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-		if d := os.Getenv("MOAT_RUNSC_DEBUG"); d != "" {
-			cmd.Env = append(cmd.Env, "MOAT_RUNSC_DEBUG="+d)
-		}
-		cmd.Stderr = os.Stderr
-		cmd.ExtraFiles = []*os.File{child}
-		cmd.SysProcAttr = &syscall.SysProcAttr{
-			Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNET | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
-			Pdeathsig:  syscall.SIGKILL,
-		}
-		err := cmd.Start()
-		child.Close()
-		if err == nil {
-			s.initPID = cmd.Process.Pid
-			s.reaper.WaitFor(cmd.Process.Pid) // nothing removed before its PID namespace is empty
-		}
-		started <- err
-		if err != nil {
-			close(s.exited)
-			return
-		}
-		cmd.Wait()
+	cmd.Stderr = os.Stderr
+	cmd.ExtraFiles = []*os.File{child} // initCtlFD
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNET | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+		Pdeathsig:  syscall.SIGKILL,
+	}
+	if err := initkit.StartLocked(cmd.Start, s.stop); err != nil {
 		close(s.exited)
-		<-s.stop
-	}()
-	if err := <-started; err != nil {
 		return fmt.Errorf("starting the gvisor init: %w", err)
 	}
-	if err := sendMsg(s.conn, msg{Op: "config", Config: &cfg}); err != nil {
+	child.Close()
+	s.initPID = cmd.Process.Pid
+	s.reaper.WaitFor(cmd.Process.Pid) // nothing removed before its PID namespace is empty
+	go func() { cmd.Wait(); close(s.exited) }()
+	if err := s.conn.Send(msg{Op: "config", Config: &cfg}); err != nil {
 		return err
 	}
 	s.conn.SetReadDeadline(time.Now().Add(startTimeout))
@@ -234,7 +210,7 @@ func (s *sandbox) startInit(exe string, cfg initConfig) error {
 		switch m.Op {
 		case "listener":
 			if len(files) != 1 {
-				closeAll(files)
+				initkit.CloseFiles(files)
 				return fmt.Errorf("gvisor init sent no listener")
 			}
 			s.listener, s.port = files[0], m.Port
@@ -246,7 +222,7 @@ func (s *sandbox) startInit(exe string, cfg initConfig) error {
 		case "error":
 			return fmt.Errorf("gvisor init: %s", m.Error)
 		default:
-			closeAll(files)
+			initkit.CloseFiles(files)
 		}
 	}
 	s.conn.SetReadDeadline(time.Time{})
@@ -329,13 +305,13 @@ type proc struct {
 	started chan error
 	done    chan struct{}
 	code    int
-	copies  sync.WaitGroup // output pumps, when stdio is not a file
+	stdio   *initkit.Stdio
 }
 
 func (s *sandbox) readLoop() {
 	for {
 		m, files, err := recvMsg(s.conn)
-		closeAll(files)
+		initkit.CloseFiles(files)
 		if err != nil {
 			s.mu.Lock()
 			s.readErr = err
@@ -393,116 +369,37 @@ func (s *sandbox) StartHelper(ctx context.Context, args []string, p boundary.Pro
 
 func (s *sandbox) start(ctx context.Context, op ociProcess, p boundary.Process) (boundary.Running, error) {
 	pr := &proc{s: s, started: make(chan error, 1), done: make(chan struct{})}
-	files, cleanup, err := stdioFiles(p, &pr.copies)
+	stdio, err := initkit.OpenStdio(p)
 	if err != nil {
-		cleanup()
 		return nil, err
 	}
-	defer cleanup()
+	pr.stdio = stdio
+	defer stdio.CloseChild()
 	s.mu.Lock()
 	if s.readErr != nil {
 		s.mu.Unlock()
+		stdio.Close()
 		return nil, fmt.Errorf("sandbox gone: %v", s.readErr)
 	}
 	s.nextID++
 	pr.id = s.nextID
 	s.pending[pr.id] = pr
 	s.mu.Unlock()
-	fds := []int{int(files[0].Fd()), int(files[1].Fd()), int(files[2].Fd())}
-	s.wmu.Lock()
-	err = sendMsg(s.conn, msg{Op: "exec", ID: pr.id, Process: &op}, fds...)
-	s.wmu.Unlock()
-	if err != nil {
+	if err := s.conn.Send(msg{Op: "exec", ID: pr.id, Process: &op}, stdio.FDs()...); err != nil {
+		stdio.Close()
 		return nil, err
 	}
 	select {
 	case err := <-pr.started:
 		if err != nil {
+			stdio.Close()
 			return nil, err
 		}
 	case <-ctx.Done():
+		// Its output still drains if it started after all.
 		return nil, ctx.Err()
 	}
 	return pr, nil
-}
-
-// stdioFiles turns a Process's stdio into three files to pass; readers and
-// writers that are not files are pumped through pipes.
-func stdioFiles(p boundary.Process, copies *sync.WaitGroup) ([]*os.File, func(), error) {
-	var files []*os.File
-	var closers []*os.File
-	cleanup := func() {
-		for _, f := range closers {
-			f.Close()
-		}
-	}
-	devnull := func(flag int) (*os.File, error) {
-		f, err := os.OpenFile(os.DevNull, flag, 0)
-		if err == nil {
-			closers = append(closers, f)
-		}
-		return f, err
-	}
-	if p.TTY != nil {
-		return []*os.File{p.TTY, p.TTY, p.TTY}, cleanup, nil
-	}
-	// stdin
-	switch r := p.Stdin.(type) {
-	case nil:
-		f, err := devnull(os.O_RDONLY)
-		if err != nil {
-			return nil, cleanup, err
-		}
-		files = append(files, f)
-	case *os.File:
-		files = append(files, r)
-	default:
-		pr, pw, err := os.Pipe()
-		if err != nil {
-			return nil, cleanup, err
-		}
-		closers = append(closers, pr)
-		go func() { io.Copy(pw, r); pw.Close() }()
-		files = append(files, pr)
-	}
-	for i, w := range []io.Writer{p.Stdout, p.Stderr} {
-		if i == 1 && w != nil && sameWriter(p.Stdout, w) {
-			// One writer for both (as exec.Cmd does): one pipe, so that
-			// the writer is never written from two goroutines.
-			files = append(files, files[1])
-			continue
-		}
-		switch w := w.(type) {
-		case nil:
-			f, err := devnull(os.O_WRONLY)
-			if err != nil {
-				return nil, cleanup, err
-			}
-			files = append(files, f)
-		case *os.File:
-			files = append(files, w)
-		default:
-			pr, pw, err := os.Pipe()
-			if err != nil {
-				return nil, cleanup, err
-			}
-			closers = append(closers, pw)
-			copies.Add(1)
-			go func() { io.Copy(w, pr); pr.Close(); copies.Done() }()
-			files = append(files, pw)
-		}
-	}
-	return files, cleanup, nil
-}
-
-// sameWriter reports whether a and b are the same comparable writer.
-func sameWriter(a, b io.Writer) (same bool) {
-	defer func() {
-		if recover() != nil {
-			same = false
-		}
-	}()
-	return a == b
 }
 
 // HostPID is the runsc sandbox process: the workload runs inside that
@@ -512,7 +409,7 @@ func (p *proc) HostPID() int { return p.s.sandboxPID }
 
 func (p *proc) Wait() (int, error) {
 	<-p.done
-	p.copies.Wait()
+	p.stdio.Wait(0)
 	return p.code, nil
 }
 
@@ -521,9 +418,7 @@ func (p *proc) Signal(sig os.Signal) error {
 	if !ok {
 		return fmt.Errorf("unsupported signal %v", sig)
 	}
-	p.s.wmu.Lock()
-	defer p.s.wmu.Unlock()
-	return sendMsg(p.s.conn, msg{Op: "signal", ID: p.id, Signal: int(n)})
+	return p.s.conn.Send(msg{Op: "signal", ID: p.id, Signal: int(n)})
 }
 
 func (s *sandbox) Listener() (boundary.ListenerInfo, error) {
@@ -560,9 +455,7 @@ func (s *sandbox) Limits() boundary.LimitsStatus {
 func (s *sandbox) Terminate() error {
 	s.termOnce.Do(func() {
 		if s.conn != nil {
-			s.wmu.Lock()
-			sendMsg(s.conn, msg{Op: "terminate"})
-			s.wmu.Unlock()
+			s.conn.Send(msg{Op: "terminate"})
 			select {
 			case <-s.exited:
 			case <-time.After(10 * time.Second):

@@ -3,7 +3,6 @@ package gvisor
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -16,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/moat-sandbox/moat/boundary/internal/initkit"
 	"github.com/moat-sandbox/moat/internal/grants"
 )
 
@@ -72,52 +72,15 @@ type msg struct {
 	Config  *initConfig `json:"config,omitempty"`
 }
 
-const maxMsg = 1 << 20
+// initCtlFD is the init's end of the control channel.
+const initCtlFD = 3
 
-func sendMsg(c *net.UnixConn, m msg, fds ...int) error {
-	b, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
-	var oob []byte
-	if len(fds) > 0 {
-		oob = unix.UnixRights(fds...)
-	}
-	_, _, err = c.WriteMsgUnix(b, oob, nil)
-	return err
-}
-
-func recvMsg(c *net.UnixConn) (msg, []*os.File, error) {
-	buf := make([]byte, maxMsg)
-	oob := make([]byte, unix.CmsgSpace(4*4))
-	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
-	if err != nil {
-		return msg{}, nil, err
-	}
-	if n == 0 {
-		return msg{}, nil, fmt.Errorf("control socket closed")
-	}
-	var files []*os.File
-	if oobn > 0 {
-		cms, err := unix.ParseSocketControlMessage(oob[:oobn])
-		if err != nil {
-			return msg{}, nil, err
-		}
-		for _, cm := range cms {
-			fds, err := unix.ParseUnixRights(&cm)
-			if err != nil {
-				return msg{}, nil, err
-			}
-			for _, fd := range fds {
-				files = append(files, os.NewFile(uintptr(fd), "passed"))
-			}
-		}
-	}
+// recvMsg returns the next message (decoded strictly, see initkit) and the
+// files attached to it.
+func recvMsg(c *initkit.Conn) (msg, []*os.File, error) {
 	var m msg
-	if err := json.Unmarshal(buf[:n], &m); err != nil {
-		return msg{}, files, fmt.Errorf("bad control message: %w", err)
-	}
-	return m, files, nil
+	files, err := c.Recv(&m)
+	return m, files, err
 }
 
 // InitMain runs as pid 1 of a new PID, network and mount namespace. It
@@ -125,20 +88,13 @@ func recvMsg(c *net.UnixConn) (msg, []*os.File, error) {
 // runs `runsc exec` for each process the supervisor asks for.
 func InitMain([]string) int {
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
-	f := os.NewFile(3, "control")
-	fc, err := net.FileConn(f)
-	f.Close()
+	unix.CloseOnExec(initCtlFD)
+	c, err := initkit.NewConn(initCtlFD)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "moat: gvisor init: control: %v\n", err)
+		fmt.Fprintf(os.Stderr, "moat: gvisor init: %v\n", err)
 		return 125
 	}
-	c := fc.(*net.UnixConn)
-	var wmu sync.Mutex
-	send := func(m msg, fds ...int) {
-		wmu.Lock()
-		defer wmu.Unlock()
-		sendMsg(c, m, fds...)
-	}
+	send := func(m msg, fds ...int) { c.Send(m, fds...) }
 	fail := func(err error) int {
 		send(msg{Op: "error", Error: err.Error()})
 		return 125
@@ -157,20 +113,15 @@ func InitMain([]string) int {
 	if err := stageGrants(&cfg); err != nil {
 		return fail(err)
 	}
-	if err := loopbackUp(); err != nil {
-		return fail(fmt.Errorf("bringing up lo: %w", err))
+	if err := initkit.LoopbackUp(); err != nil {
+		return fail(err)
 	}
-	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	lfd, port, err := initkit.BrokerListener()
 	if err != nil {
 		return fail(fmt.Errorf("broker listener: %w", err))
 	}
-	lf, err := ln.File()
-	if err != nil {
-		return fail(err)
-	}
-	ln.Close()
-	send(msg{Op: "listener", Port: ln.Addr().(*net.TCPAddr).Port}, int(lf.Fd()))
-	lf.Close()
+	send(msg{Op: "listener", Port: port}, lfd)
+	unix.Close(lfd)
 
 	runsc := func(args ...string) *exec.Cmd {
 		a := []string{"--root", cfg.Root, "--network=host", "--oci-seccomp"}
@@ -220,14 +171,14 @@ func InitMain([]string) int {
 		case "exec":
 			if m.Process == nil || len(files) != 3 {
 				send(msg{Op: "error", ID: m.ID, Error: "exec needs a process and three stdio fds"})
-				closeAll(files)
+				initkit.CloseFiles(files)
 				continue
 			}
 			pf := filepath.Join(filepath.Dir(cfg.Bundle), fmt.Sprintf("process-%d.json", m.ID))
 			pb, _ := json.Marshal(m.Process)
 			if err := os.WriteFile(pf, pb, 0o600); err != nil {
 				send(msg{Op: "error", ID: m.ID, Error: err.Error()})
-				closeAll(files)
+				initkit.CloseFiles(files)
 				continue
 			}
 			cmd := runsc("exec", "--process", pf, "--internal-pid-file", ipidFile(cfg, m.ID), cfg.ID)
@@ -239,10 +190,10 @@ func InitMain([]string) int {
 			}
 			if err := cmd.Start(); err != nil {
 				send(msg{Op: "error", ID: m.ID, Error: err.Error()})
-				closeAll(files)
+				initkit.CloseFiles(files)
 				continue
 			}
-			closeAll(files)
+			initkit.CloseFiles(files)
 			pmu.Lock()
 			procs[m.ID] = cmd
 			pmu.Unlock()
@@ -292,35 +243,11 @@ func InitMain([]string) int {
 	}
 }
 
-func closeAll(fs []*os.File) {
-	for _, f := range fs {
-		f.Close()
-	}
-}
-
 func trimSpace(b []byte) []byte {
 	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == ' ') {
 		b = b[:len(b)-1]
 	}
 	return b
-}
-
-// loopbackUp sets IFF_UP on lo.
-func loopbackUp() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return err
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
 }
 
 // stageGrants opens each planned grant in this mount namespace without

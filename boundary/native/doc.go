@@ -11,7 +11,10 @@
 // mount, PID, network, IPC, UTS and cgroup namespaces, uid/gid 0 mapped to
 // one host id (rootless: the caller's; as root: process.host_uid, never 0,
 // with root's supplementary groups dropped), its JSON configuration on fd
-// 3 and a SOCK_SEQPACKET control channel on fd 4. Nothing else is
+// 3 and a SOCK_SEQPACKET control channel on fd 4. The control channel,
+// the locked-thread start, loopback, the broker's listener and the stdio
+// pumps are boundary/internal/initkit's, shared with the gVisor backend.
+// Nothing else is
 // inherited and its environment is empty. It is not dumpable.
 //
 // The init (pid 1) makes / recursively private, clones every grant with

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/moat-sandbox/moat/boundary/internal/initkit"
 )
 
 func FuzzDecodeCtl(f *testing.F) {
@@ -24,7 +26,7 @@ func TestDecodeCtlRefuses(t *testing.T) {
 		"trailing":      `{"op":"ready"}{"op":"ready"}`,
 		"no op":         `{"port":1}`,
 		"not json":      `op=ready`,
-		"too large":     `{"op":"x","err":"` + strings.Repeat("a", maxControlMsg) + `"}`,
+		"too large":     `{"op":"x","err":"` + strings.Repeat("a", initkit.MaxMessage) + `"}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			if m, err := decodeCtl([]byte(in)); err == nil {

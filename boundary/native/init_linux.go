@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/moat-sandbox/moat/boundary/internal/initkit"
 	"github.com/moat-sandbox/moat/internal/grants"
 )
 
@@ -64,9 +65,13 @@ func InitMain(args []string) int {
 	// runtime opens anything of its own.
 	unix.CloseRange(initExeFD+1, ^uint(0), 0)
 	unix.CloseOnExec(initCtlFD)
-	ctl := &ctlConn{fd: initCtlFD}
+	ctl, err := initkit.NewConn(initCtlFD)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "moat: init: %v\n", err)
+		return 125
+	}
 	fail := func(err error) int {
-		ctl.send(ctlMsg{Op: "error", Err: err.Error()})
+		ctl.Send(ctlMsg{Op: "error", Err: err.Error()})
 		return 125
 	}
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
@@ -85,12 +90,12 @@ func InitMain(args []string) int {
 	unix.Close(initExeFD)
 	var volumes []clonedTree
 	for _, p := range cfg.Volumes {
-		m, files, err := ctl.recv()
+		m, files, err := recvCtl(ctl)
 		if err != nil {
 			return fail(fmt.Errorf("init: waiting for volume %s: %w", p, err))
 		}
 		if m.Op != "volume" || m.Dir != p || len(files) != 1 {
-			closeFiles(files)
+			initkit.CloseFiles(files)
 			return fail(fmt.Errorf("BUG: init: expected the mount of volume %s, got %q %q with %d fds", p, m.Op, m.Dir, len(files)))
 		}
 		fd, err := unix.FcntlInt(files[0].Fd(), unix.F_DUPFD_CLOEXEC, 0)
@@ -111,10 +116,10 @@ func InitMain(args []string) int {
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return fail(fmt.Errorf("init: sethostname: %w", err))
 	}
-	if err := loopbackUp(); err != nil {
+	if err := initkit.LoopbackUp(); err != nil {
 		return fail(fmt.Errorf("init: %w", err))
 	}
-	lfd, port, err := brokerSocket()
+	lfd, port, err := initkit.BrokerListener()
 	if err != nil {
 		return fail(fmt.Errorf("init: broker listener: %w", err))
 	}
@@ -126,12 +131,12 @@ func InitMain(args []string) int {
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, unix.SIGCHLD)
 	go in.reap(sigs)
-	if err := ctl.send(ctlMsg{Op: "ready", Port: port}, lfd); err != nil {
+	if err := ctl.Send(ctlMsg{Op: "ready", Port: port}, lfd); err != nil {
 		return 125
 	}
 	unix.Close(lfd)
 	for {
-		m, files, err := ctl.recv()
+		m, files, err := recvCtl(ctl)
 		if err != nil {
 			// The supervisor is gone: so is the sandbox.
 			return 125
@@ -140,8 +145,8 @@ func InitMain(args []string) int {
 		case "start":
 			in.start(m, files)
 		default:
-			closeFiles(files)
-			ctl.send(ctlMsg{Op: "error", Err: fmt.Sprintf("BUG: unknown control op %q", m.Op)})
+			initkit.CloseFiles(files)
+			ctl.Send(ctlMsg{Op: "error", Err: fmt.Sprintf("BUG: unknown control op %q", m.Op)})
 		}
 	}
 }
@@ -159,61 +164,9 @@ func readConfig(fd int, v any) error {
 	return json.Unmarshal(b, v)
 }
 
-// loopbackUp brings lo up; it is the namespace's only interface.
-func loopbackUp() error {
-	s, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("socket for lo: %w", err)
-	}
-	defer unix.Close(s)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(s, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("SIOCGIFFLAGS lo: %w", err)
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	if err := unix.IoctlIfreq(s, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("bringing lo up: %w", err)
-	}
-	return nil
-}
-
-// brokerListenBacklog is the broker listener's accept backlog.
-const brokerListenBacklog = 128
-
-// brokerSocket makes the broker's listening socket on 127.0.0.1:<ephemeral>
-// inside the sandbox's network namespace.
-func brokerSocket() (fd, port int, err error) {
-	fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return -1, 0, err
-	}
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		unix.Close(fd)
-		return -1, 0, fmt.Errorf("bind 127.0.0.1:0: %w", err)
-	}
-	if err := unix.Listen(fd, brokerListenBacklog); err != nil {
-		unix.Close(fd)
-		return -1, 0, err
-	}
-	sa, err := unix.Getsockname(fd)
-	if err != nil {
-		unix.Close(fd)
-		return -1, 0, err
-	}
-	in4, ok := sa.(*unix.SockaddrInet4)
-	if !ok {
-		unix.Close(fd)
-		return -1, 0, errors.New("BUG: broker socket is not IPv4")
-	}
-	return fd, in4.Port, nil
-}
-
 type initState struct {
 	cfg   *initConfig
-	ctl   *ctlConn
+	ctl   *initkit.Conn
 	exeFD int
 	exe   *os.File // exeFD, kept open for the sandbox's lifetime
 	// rules are the attached grant trees, in plan order: each stage gets
@@ -231,9 +184,9 @@ type initProc struct {
 
 // start starts one stage for a "start" request; files are its stdio.
 func (in *initState) start(m ctlMsg, files []*os.File) {
-	defer closeFiles(files)
+	defer initkit.CloseFiles(files)
 	fail := func(code int, err error) {
-		in.ctl.send(ctlMsg{Op: "failed", ID: m.ID, Code: code, Err: err.Error()})
+		in.ctl.Send(ctlMsg{Op: "failed", ID: m.ID, Code: code, Err: err.Error()})
 	}
 	if len(files) != 3 {
 		fail(125, fmt.Errorf("BUG: start with %d stdio fds", len(files)))
@@ -331,7 +284,7 @@ func (in *initState) start(m ctlMsg, files []*os.File) {
 	// The stage reports a failure before exec on the pipe; EOF means the
 	// target is running.
 	var rep stageReport
-	b, _ := io.ReadAll(io.LimitReader(errR, maxControlMsg))
+	b, _ := io.ReadAll(io.LimitReader(errR, initkit.MaxMessage))
 	if len(b) > 0 {
 		if json.Unmarshal(b, &rep) != nil || rep.Code == 0 {
 			rep = stageReport{Code: 125, Err: "stage failed: " + string(b)}
@@ -347,7 +300,7 @@ func (in *initState) start(m ctlMsg, files []*os.File) {
 		fail(125, errors.New("BUG: no pidfd for the stage"))
 		return
 	}
-	in.ctl.send(ctlMsg{Op: "started", ID: m.ID, PID: pid}, pidfd)
+	in.ctl.Send(ctlMsg{Op: "started", ID: m.ID, PID: pid}, pidfd)
 	unix.Close(pidfd)
 	go func() {
 		code := <-ip.exit
@@ -357,7 +310,7 @@ func (in *initState) start(m ctlMsg, files []*os.File) {
 		if nsIno != 0 {
 			killUserNS(nsIno)
 		}
-		in.ctl.send(ctlMsg{Op: "exited", ID: m.ID, Code: code})
+		in.ctl.Send(ctlMsg{Op: "exited", ID: m.ID, Code: code})
 	}()
 }
 

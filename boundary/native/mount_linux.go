@@ -319,11 +319,6 @@ func attachAt(fd int, p string) error {
 	return unix.MoveMount(fd, "", unix.AT_FDCWD, p, unix.MOVE_MOUNT_F_EMPTY_PATH)
 }
 
-// isUnder reports whether p is dir or below it.
-func isUnder(p, dir string) bool {
-	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
-}
-
 // procMasked are the host-wide /proc entries that leak what the host does
 // (its command line and boot id, its load, memory, disks and interrupts),
 // and pid 1's identity, which is moat's init. Each is covered with an

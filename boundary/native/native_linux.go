@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/boundary/internal/initkit"
 	"github.com/moat-sandbox/moat/boundary/seccomp"
 	"github.com/moat-sandbox/moat/internal/grants"
 	"github.com/moat-sandbox/moat/policy"
@@ -173,12 +173,11 @@ func initConfigFor(pol *policy.Policy, abi, gid int) (*initConfig, error) {
 // sandbox's lifetime (Pdeathsig fires when that thread exits), and waits
 // until it reports ready.
 func (sb *sandbox) startInit(ctx context.Context, cfg *initConfig, hostUID, hostGID int) error {
-	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	ctl, child, err := initkit.Pair()
 	if err != nil {
-		return fmt.Errorf("native: control socketpair: %w", err)
+		return fmt.Errorf("native: %w", err)
 	}
-	sb.ctl = &ctlConn{fd: pair[0]}
-	child := os.NewFile(uintptr(pair[1]), "ctl")
+	sb.ctl = ctl
 	defer child.Close()
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
@@ -214,17 +213,9 @@ func (sb *sandbox) startInit(ctx context.Context, cfg *initConfig, hostUID, host
 			Pdeathsig:  syscall.SIGKILL,
 		},
 	}
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the sandbox
-		_, err := startOwned(cmd, hostGID)
-		started <- err
-		if err != nil {
-			return
-		}
-		<-sb.release
-	}()
-	if err := <-started; err != nil {
+	// startOwned changes the forking thread's ids: StartLocked's thread
+	// is the sandbox's own.
+	if err := initkit.StartLocked(func() error { _, err := startOwned(cmd, hostGID); return err }, sb.release); err != nil {
 		close(sb.initDone)
 		return fmt.Errorf("native: starting the sandbox init: %w", err)
 	}
@@ -258,7 +249,7 @@ func (sb *sandbox) startInit(ctx context.Context, cfg *initConfig, hostUID, host
 			return fmt.Errorf("moat: refused: %w", err)
 		}
 		sb.volumes = append(sb.volumes, img) // its lock lasts as long as the sandbox
-		err = sb.ctl.send(ctlMsg{Op: "volume", Dir: v.Path}, m)
+		err = sb.ctl.Send(ctlMsg{Op: "volume", Dir: v.Path}, m)
 		unix.Close(m)
 		if err != nil {
 			return fmt.Errorf("native: sending volume %s: %w", v.Path, err)

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/internal/fsutil"
 	"github.com/moat-sandbox/moat/internal/grants"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/policy"
@@ -91,7 +92,7 @@ func TestFilesystemConfinement(t *testing.T) {
 	wantPrefix(t, res, "stat:/etc/shadow", "err ENOENT")
 	wantPrefix(t, res, "stat:/root", "err ENOENT")
 	wantPrefix(t, res, "stat:/etc", "err ENOENT")
-	if !isUnder(cwd, f.binDir) && !isUnder(cwd, "/usr") {
+	if !fsutil.Within(cwd, f.binDir) && !fsutil.Within(cwd, "/usr") {
 		wantPrefix(t, res, "stat:"+cwd, "err ENOENT")
 	}
 	wantPrefix(t, res, "write:"+filepath.Join(f.ws, "new.txt"), "ok")

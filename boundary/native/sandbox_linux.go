@@ -17,6 +17,7 @@ import (
 
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/boundary/attrib"
+	"github.com/moat-sandbox/moat/boundary/internal/initkit"
 	"github.com/moat-sandbox/moat/internal/reaper"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -30,7 +31,7 @@ type sandbox struct {
 	abi    int
 	policy *policy.Policy
 	cmd    *exec.Cmd
-	ctl    *ctlConn
+	ctl    *initkit.Conn
 	cg     *cgroups
 	limits boundary.LimitsStatus
 	reaper *reaper.Reaper
@@ -58,16 +59,16 @@ type sandbox struct {
 // readCtl dispatches the init's messages until the channel closes.
 func (sb *sandbox) readCtl() {
 	for {
-		m, files, err := sb.ctl.recv()
+		m, files, err := recvCtl(sb.ctl)
 		if err != nil {
 			sb.channelGone(err)
-			sb.ctl.close()
+			sb.ctl.Close()
 			return
 		}
 		switch m.Op {
 		case "ready":
 			if len(files) != 1 || m.Port <= 0 {
-				closeFiles(files)
+				initkit.CloseFiles(files)
 				sb.ready <- errors.New("native: BUG: init sent no broker listener")
 				continue
 			}
@@ -76,7 +77,7 @@ func (sb *sandbox) readCtl() {
 			sb.mu.Unlock()
 			sb.ready <- nil
 		case "error":
-			closeFiles(files)
+			initkit.CloseFiles(files)
 			sb.mu.Lock()
 			ok := sb.readyOK
 			sb.mu.Unlock()
@@ -92,16 +93,16 @@ func (sb *sandbox) readCtl() {
 			}
 			sb.mu.Unlock()
 			if p == nil {
-				closeFiles(files)
+				initkit.CloseFiles(files)
 				continue
 			}
 			if m.Op == "failed" {
-				closeFiles(files)
+				initkit.CloseFiles(files)
 				p.started <- &boundary.StartError{Code: m.Code, Msg: m.Err}
 				continue
 			}
 			if len(files) != 1 {
-				closeFiles(files)
+				initkit.CloseFiles(files)
 				p.started <- errors.New("native: BUG: started without a pidfd")
 				continue
 			}
@@ -109,7 +110,7 @@ func (sb *sandbox) readCtl() {
 			p.hostPID = pidOfPidfd(p.pidfd)
 			p.started <- nil
 		case "exited":
-			closeFiles(files)
+			initkit.CloseFiles(files)
 			sb.mu.Lock()
 			p := sb.procs[m.ID]
 			delete(sb.procs, m.ID)
@@ -118,13 +119,13 @@ func (sb *sandbox) readCtl() {
 				p.exit <- exitResult{code: m.Code}
 			}
 		default:
-			closeFiles(files)
+			initkit.CloseFiles(files)
 		}
 	}
 }
 
 func (sb *sandbox) channelGone(err error) {
-	if errors.Is(err, errClosed) {
+	if errors.Is(err, initkit.ErrClosed) {
 		err = errors.New("native: the sandbox init exited")
 	}
 	sb.mu.Lock()
@@ -173,23 +174,23 @@ type proc struct {
 	pidfd   *os.File
 	hostPID int
 
-	parentFiles []*os.File // our ends of stdio pipes
-	copies      sync.WaitGroup
-	waitOnce    sync.Once
-	res         exitResult
+	stdio    *initkit.Stdio
+	waitOnce sync.Once
+	res      exitResult
 }
 
 func (sb *sandbox) start(ctx context.Context, p boundary.Process, helper bool) (boundary.Running, error) {
 	pr := &proc{started: make(chan error, 1), exit: make(chan exitResult, 1)}
-	child, err := pr.stdio(p)
+	stdio, err := initkit.OpenStdio(p)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("native: stdio: %w", err)
 	}
+	pr.stdio = stdio
 	sb.mu.Lock()
 	if sb.dead != nil {
 		sb.mu.Unlock()
-		closeFiles(child)
-		pr.closeParent()
+		stdio.CloseChild()
+		stdio.Close()
 		return nil, fmt.Errorf("moat: the sandbox is gone: %w", sb.dead)
 	}
 	sb.nextID++
@@ -200,14 +201,13 @@ func (sb *sandbox) start(ctx context.Context, p boundary.Process, helper bool) (
 	if env == nil {
 		env = []string{}
 	}
-	fds := []int{int(child[0].Fd()), int(child[1].Fd()), int(child[2].Fd())}
-	err = sb.ctl.send(ctlMsg{Op: "start", ID: id, Argv: p.Argv, Env: env, Dir: p.Dir, Helper: helper, TTY: p.TTY != nil}, fds...)
-	closeFiles(child)
+	err = sb.ctl.Send(ctlMsg{Op: "start", ID: id, Argv: p.Argv, Env: env, Dir: p.Dir, Helper: helper, TTY: p.TTY != nil}, stdio.FDs()...)
+	stdio.CloseChild()
 	if err != nil {
 		sb.mu.Lock()
 		delete(sb.pending, id)
 		sb.mu.Unlock()
-		pr.closeParent()
+		stdio.Close()
 		return nil, fmt.Errorf("native: asking the init to start %q: %w", p.Argv[0], err)
 	}
 	select {
@@ -221,96 +221,15 @@ func (sb *sandbox) start(ctx context.Context, p boundary.Process, helper bool) (
 				pr.Wait()
 			}
 		}()
-		pr.closeParent()
+		stdio.Close()
 		return nil, ctx.Err()
 	}
 	if err != nil {
-		pr.closeParent()
+		stdio.Close()
 		return nil, err
 	}
 	return pr, nil
 }
-
-// stdio returns the three files the process gets, starting copy goroutines
-// for readers and writers that are not files.
-func (pr *proc) stdio(p boundary.Process) ([]*os.File, error) {
-	if p.TTY != nil {
-		var out []*os.File
-		for i := 0; i < 3; i++ {
-			f, err := dupFile(p.TTY)
-			if err != nil {
-				closeFiles(out)
-				return nil, err
-			}
-			out = append(out, f)
-		}
-		return out, nil
-	}
-	var out []*os.File
-	fail := func(err error) ([]*os.File, error) {
-		closeFiles(out)
-		pr.closeParent()
-		return nil, err
-	}
-	// stdin
-	switch r := p.Stdin.(type) {
-	case nil:
-		f, err := os.Open(os.DevNull)
-		if err != nil {
-			return fail(err)
-		}
-		out = append(out, f)
-	case *os.File:
-		f, err := dupFile(r)
-		if err != nil {
-			return fail(err)
-		}
-		out = append(out, f)
-	default:
-		pr2, pw, err := os.Pipe()
-		if err != nil {
-			return fail(err)
-		}
-		out = append(out, pr2)
-		go func() { io.Copy(pw, r); pw.Close() }()
-	}
-	for _, w := range []io.Writer{p.Stdout, p.Stderr} {
-		switch w := w.(type) {
-		case nil:
-			f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-			if err != nil {
-				return fail(err)
-			}
-			out = append(out, f)
-		case *os.File:
-			f, err := dupFile(w)
-			if err != nil {
-				return fail(err)
-			}
-			out = append(out, f)
-		default:
-			rd, wr, err := os.Pipe()
-			if err != nil {
-				return fail(err)
-			}
-			out = append(out, wr)
-			pr.parentFiles = append(pr.parentFiles, rd)
-			pr.copies.Add(1)
-			go func() { defer pr.copies.Done(); io.Copy(w, rd) }()
-		}
-	}
-	return out, nil
-}
-
-func dupFile(f *os.File) (*os.File, error) {
-	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("native: dup stdio: %w", err)
-	}
-	return os.NewFile(uintptr(fd), f.Name()), nil
-}
-
-func (pr *proc) closeParent() { closeFiles(pr.parentFiles) }
 
 func (pr *proc) HostPID() int { return pr.hostPID }
 
@@ -318,13 +237,7 @@ func (pr *proc) HostPID() int { return pr.hostPID }
 func (pr *proc) Wait() (int, error) {
 	pr.waitOnce.Do(func() {
 		pr.res = <-pr.exit
-		done := make(chan struct{})
-		go func() { pr.copies.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(stdioDrainDelay):
-		}
-		pr.closeParent()
+		pr.stdio.Wait(stdioDrainDelay)
 		if pr.pidfd != nil {
 			pr.pidfd.Close()
 		}
@@ -382,7 +295,7 @@ func (sb *sandbox) Listener() (boundary.ListenerInfo, error) {
 	if sb.listener == nil {
 		return boundary.ListenerInfo{}, errors.New("native: no broker listener (the sandbox is not prepared or was terminated)")
 	}
-	f, err := dupFile(sb.listener)
+	f, err := initkit.Dup(sb.listener)
 	if err != nil {
 		return boundary.ListenerInfo{}, err
 	}
@@ -454,7 +367,7 @@ func (sb *sandbox) Terminate() error {
 			<-sb.initDone
 		}
 		if sb.ctl != nil {
-			sb.ctl.shutdown()
+			sb.ctl.Close()
 		}
 		sb.mu.Lock()
 		if sb.listener != nil {
