@@ -22,6 +22,7 @@ import (
 
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/internal/exehash"
 	"github.com/moat-sandbox/moat/internal/fsutil"
 	"github.com/moat-sandbox/moat/internal/runinfo"
 	"github.com/moat-sandbox/moat/internal/term"
@@ -83,7 +84,9 @@ func NewRunID() string {
 	return time.Now().UTC().Format("20060102T150405Z") + "-" + hex.EncodeToString(b[:])
 }
 
-// binarySHA256 hashes the running moat binary.
+// binarySHA256 hashes the running moat binary (once per version and
+// process: the measurement hashes the same file, and the attributor the
+// helper that runs it; see internal/exehash).
 func binarySHA256() (string, error) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -92,8 +95,9 @@ func binarySHA256() (string, error) {
 	return FileSHA256(exe)
 }
 
-// FileSHA256 returns the hex sha256 of a file's contents.
-func FileSHA256(path string) (string, error) { return fsutil.SHA256File(path) }
+// FileSHA256 returns the hex sha256 of a file's contents (a version of a
+// file is hashed once per process: see internal/exehash).
+func FileSHA256(path string) (string, error) { return exehash.File(path, 1<<40) }
 
 // Run runs one workload and returns its exit code. A non-nil error means
 // moat itself refused or failed (exit 125, or 126/127 when the command

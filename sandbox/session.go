@@ -101,6 +101,13 @@ type Session struct {
 	nproc    atomic.Int64
 	fatal    chan Fatal
 
+	// binary delivers the moat binary's sha256 for run.started: it is
+	// hashed while the sandbox is prepared (about 10 ms for 16 MB).
+	binary    <-chan binaryHash
+	startMu   sync.Mutex
+	binaryRes *binaryHash // what binary delivered
+	started   bool        // run.started is in the journal
+
 	mu      sync.Mutex
 	running map[string]boundary.Running // process id → process
 	// oomAtStart is the memory cgroup's OOM kill count when each process
@@ -170,6 +177,9 @@ func Open(ctx context.Context, o SessionOptions) (*Session, error) {
 		return nil, &RefusedError{Msg: err.Error()}
 	}
 	runID := NewRunID()
+	// The binary is hashed from now on, while the journal key is made
+	// and the sandbox prepared; run.started waits for it.
+	binary := hashBinary()
 	runDir := o.RunDir
 	if runDir == "" {
 		if err := os.MkdirAll(pol.Audit.Dir, 0o700); err != nil {
@@ -182,7 +192,7 @@ func Open(ctx context.Context, o SessionOptions) (*Session, error) {
 		return nil, fmt.Errorf("opening journal: %w", err)
 	}
 	fmt.Fprintf(stderr, "moat: run %s: journal %s (key fingerprint %s; pin it: moat audit verify %s --key-fingerprint %s)\n", runID, w.JournalPath(), w.KeyID(), runDir, w.KeyID())
-	s := &Session{RunID: runID, Backend: be.Name(), pol: pol, w: w, fatal: make(chan Fatal, 1),
+	s := &Session{RunID: runID, Backend: be.Name(), pol: pol, w: w, fatal: make(chan Fatal, 1), binary: binary,
 		running: map[string]boundary.Running{}, oomAtStart: map[string]uint64{}}
 	if validTerm(o.Term) {
 		s.term = o.Term
@@ -275,17 +285,52 @@ func validTerm(t string) bool {
 	return true
 }
 
-func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[string]string, explainTo, stderr io.Writer) error {
-	pol := s.pol
-	bsum, err := binarySHA256()
-	if err != nil {
-		return fmt.Errorf("hashing moat binary: %w", err)
+// binaryHash is the moat binary's sha256, or why it could not be had.
+type binaryHash struct {
+	sum string
+	err error
+}
+
+// hashBinary hashes the running moat binary in the background.
+func hashBinary() <-chan binaryHash {
+	ch := make(chan binaryHash, 1)
+	go func() {
+		sum, err := binarySHA256()
+		ch <- binaryHash{sum, err}
+	}()
+	return ch
+}
+
+// startRecord appends run.started, the journal's first line, once the
+// binary's hash is known; later calls do nothing. Every other record is
+// appended after it: open appends it once the backend has prepared the
+// sandbox, before the measurement, and the refusal and terminal records
+// of an earlier failure call it first.
+func (s *Session) startRecord() error {
+	s.startMu.Lock()
+	defer s.startMu.Unlock()
+	if s.started {
+		return nil
+	}
+	if s.binaryRes == nil {
+		b := <-s.binary
+		s.binaryRes = &b
+	}
+	b := s.binaryRes
+	if b.err != nil {
+		return fmt.Errorf("hashing moat binary: %w", b.err)
 	}
 	if _, err := s.w.Append(audit.RunStarted{
-		PolicySHA256: pol.SHA256(), Backend: be.Name(), BinarySHA256: bsum, PublicKey: string(s.w.PublicKeyPEM()),
+		PolicySHA256: s.pol.SHA256(), Backend: s.Backend, BinarySHA256: b.sum, PublicKey: string(s.w.PublicKeyPEM()),
 	}); err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
+	s.started = true
+	return nil
+}
+
+func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[string]string, explainTo, stderr io.Writer) error {
+	pol := s.pol
 	// The reaper removes the staging directory and the backend's cgroups
 	// if moat dies without doing so itself. It is told the staging
 	// directory before that exists, so that no kill leaves it behind.
@@ -313,6 +358,9 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[strin
 		return &RefusedError{Msg: msg}
 	}
 	s.sb = sb
+	if err := s.startRecord(); err != nil {
+		return err
+	}
 	if msg, warn := limitsVerdict(pol.Process.Limits, sb.Limits()); msg != "" {
 		s.confirmFailed(boundary.Properties{}, msg)
 		return &RefusedError{Msg: msg}
@@ -377,6 +425,9 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[strin
 }
 
 func (s *Session) confirmFailed(props boundary.Properties, why string) {
+	if s.startRecord() != nil {
+		return // Close says why; no line may come before run.started
+	}
 	s.w.Append(audit.BoundaryConfirmed{Ready: false, Properties: props, Reason: why, Checks: s.checks})
 }
 
@@ -549,6 +600,9 @@ func (s *Session) Close(code int, reason audit.TerminalReason) {
 	}
 	if s.sb != nil {
 		s.sb.Terminate()
+	}
+	if err := s.startRecord(); err != nil {
+		fmt.Fprintf(os.Stderr, "moat: journal: could not write run.started: %v\n", err)
 	}
 	if _, err := s.w.Append(audit.RunTerminated{Reason: reason, ExitCode: code, Counts: s.w.Counts()}); err != nil {
 		fmt.Fprintf(os.Stderr, "moat: journal: could not write the terminal record: %v\n", err)

@@ -2,42 +2,27 @@ package attrib
 
 import (
 	"bufio"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"os"
 	"slices"
 	"strconv"
-	"sync"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/internal/exehash"
 )
 
 // New returns an Attributor for connections whose peers live in the network
 // namespace of process netnsPID (the sandbox's; on the host's own loopback,
 // os.Getpid()).
 func New(netnsPID int) boundary.Attributor {
-	return &attributor{netnsPID: netnsPID, cache: map[fileKey]string{}}
+	return &attributor{netnsPID: netnsPID}
 }
 
 type attributor struct {
 	netnsPID int
-
-	mu    sync.Mutex
-	cache map[fileKey]string // executable identity → sha256 hex
-}
-
-// fileKey identifies one version of an executable file.
-type fileKey struct {
-	dev, ino     uint64
-	size         int64
-	mtime, ctime unix.Timespec
 }
 
 // Attribute implements boundary.Attributor.
@@ -225,45 +210,14 @@ func readDirNames(p string) ([]string, error) {
 	return d.Readdirnames(-1)
 }
 
-// exeSHA256 hashes the file that pid executes, through /proc/<pid>/exe,
-// caching by the file's identity.
+// exeSHA256 hashes the file that pid executes, through /proc/<pid>/exe.
+// A version of a file is hashed once per process (internal/exehash says
+// by which rule), whichever process or sandbox executes it.
 func (a *attributor) exeSHA256(pid int) (string, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/exe", pid))
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return "", fmt.Errorf("fstat: %w", err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return "", fmt.Errorf("not a regular file (mode %#o)", st.Mode)
-	}
-	if st.Size > MaxExecutableBytes {
-		return "", fmt.Errorf("executable is %d bytes, more than the %d this hashes", st.Size, MaxExecutableBytes)
-	}
-	key := fileKey{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
-	a.mu.Lock()
-	sum, ok := a.cache[key]
-	a.mu.Unlock()
-	if ok {
-		return sum, nil
-	}
-	h := sha256.New()
-	n, err := io.Copy(h, io.LimitReader(f, MaxExecutableBytes+1))
-	if err != nil {
-		return "", fmt.Errorf("reading: %w", err)
-	}
-	if n != st.Size {
-		return "", fmt.Errorf("executable changed while it was hashed (%d bytes read, %d expected)", n, st.Size)
-	}
-	sum = hex.EncodeToString(h.Sum(nil))
-	a.mu.Lock()
-	if len(a.cache) >= maxCacheEntries {
-		clear(a.cache)
-	}
-	a.cache[key] = sum
-	a.mu.Unlock()
-	return sum, nil
+	return exehash.Sum(f, MaxExecutableBytes)
 }

@@ -31,8 +31,6 @@ const (
 	MaxExecutableBytes = 1 << 30
 	// maxProcNetLines caps the rows read from one /proc/<pid>/net/tcp file.
 	maxProcNetLines = 1 << 20
-	// maxCacheEntries caps the executable hash cache; it is cleared when full.
-	maxCacheEntries = 256
 )
 
 func unavailable(format string, a ...any) boundary.Attribution {

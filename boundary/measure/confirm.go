@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/internal/exehash"
 )
 
 // Limits and timeouts of the host side.
@@ -408,37 +408,12 @@ func plantTmpSentinel() (string, error) {
 	return f.Name(), nil
 }
 
-var (
-	selfMu  sync.Mutex
-	selfKey string
-	selfSum string
-)
-
-// selfSHA256 hashes moat's own executable (cached while it is unchanged).
+// selfSHA256 hashes moat's own executable, the file the helper runs
+// (once per version and process: see internal/exehash).
 func selfSHA256() (string, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return "", err
 	}
-	f, err := os.Open(exe)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return "", err
-	}
-	key := fmt.Sprintf("%s\x00%d\x00%d", exe, st.Size(), st.ModTime().UnixNano())
-	selfMu.Lock()
-	defer selfMu.Unlock()
-	if key == selfKey {
-		return selfSum, nil
-	}
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	selfKey, selfSum = key, hex.EncodeToString(h.Sum(nil))
-	return selfSum, nil
+	return exehash.File(exe, 1<<40)
 }
