@@ -107,6 +107,12 @@ func ParsePublicKeyPEM(b []byte) (ed25519.PublicKey, error) {
 	if blk.Type != "PUBLIC KEY" {
 		return nil, fmt.Errorf("audit: PEM block is %q, want \"PUBLIC KEY\"", blk.Type)
 	}
+	// pem.Decode skips what it cannot parse before a block, including a
+	// line that only looks like a block's start: the block must be the
+	// first thing in the file.
+	if bytes.Count(b[:len(b)-len(rest)], []byte("-----BEGIN")) != 1 {
+		return nil, errors.New("audit: data before the PUBLIC KEY block; want exactly one block")
+	}
 	if len(blk.Headers) != 0 {
 		return nil, errors.New("audit: PEM block has headers; want a plain PUBLIC KEY block")
 	}

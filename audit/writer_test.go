@@ -259,6 +259,8 @@ func TestParsePublicKeyPEM(t *testing.T) {
 		{"pubkey.pem", good, true},
 		{"surrounding blank lines", append(append([]byte("\n"), good...), '\n'), true},
 		{"text before", append([]byte("key:\n"), good...), false},
+		{"a begin line before (found by fuzzing)", append([]byte("-----BEGIN \n"), good...), false},
+		{"a broken block before", append([]byte("-----BEGIN PUBLIC KEY-----\n!!\n-----END PUBLIC KEY-----\n"), good...), false},
 		{"text after", append(bytes.Clone(good), "more"...), false},
 		{"two blocks", append(bytes.Clone(good), good...), false},
 		{"private key type", bytes.ReplaceAll(good, []byte("PUBLIC KEY"), []byte("PRIVATE KEY")), false},

@@ -167,16 +167,16 @@ func ParseClaims(out []byte) Claims {
 // SignReport wraps report bytes in a DSSE envelope signed by priv.
 func SignReport(report []byte, priv ed25519.PrivateKey) ([]byte, error) {
 	pub := priv.Public().(ed25519.PublicKey)
-	return envelopeBytes(Envelope{
+	return envelopeBytes(envelope{
 		PayloadType: ReportPayloadType,
 		Payload:     base64.StdEncoding.EncodeToString(report),
-		Signatures: []Signature{{KeyID: KeyID(pub),
-			Sig: base64.StdEncoding.EncodeToString(ed25519.Sign(priv, PAE(ReportPayloadType, report)))}},
+		Signatures: []signature{{KeyID: keyIDOf(pub),
+			Sig: base64.StdEncoding.EncodeToString(ed25519.Sign(priv, dssePAE(ReportPayloadType, report)))}},
 	})
 }
 
 // envelopeBytes is report.dsse.json for env, in the one form moat writes.
-func envelopeBytes(env Envelope) ([]byte, error) {
+func envelopeBytes(env envelope) ([]byte, error) {
 	b, err := json.MarshalIndent(env, "", "  ")
 	if err != nil {
 		return nil, err

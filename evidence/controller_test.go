@@ -92,7 +92,7 @@ func BenchmarkVerifyJournal(b *testing.B) {
 	j.add("run.terminated", map[string]any{"reason": "completed"})
 	b.SetBytes(int64(len(j.data)))
 	for b.Loop() {
-		if r := VerifyJournal(j.data, j.pub()); r.Status != JournalComplete {
+		if r := verifyJournal(j.data, j.pub()); r.Status != JournalComplete {
 			b.Fatal(r.Reason)
 		}
 	}

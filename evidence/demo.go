@@ -100,7 +100,7 @@ func Demo(ctx context.Context, o DemoOptions) (ok bool, err error) {
 	jstat := "missing"
 	if jb, err := os.ReadFile(filepath.Join(dir, FileJournal)); err == nil {
 		if pb, err := os.ReadFile(filepath.Join(dir, FilePublicKey)); err == nil {
-			if pub, err := ParsePublicKeyPEM(pb); err == nil {
+			if pub, err := parsePublicKeyPEM(pb); err == nil {
 				r := audit.Verify(jb, pub)
 				jstat = fmt.Sprintf("%s: %d signed records (%d requested, %d refused, %d completed), key %s", r.Status, r.Records, o1.Requested, o1.Refused, o1.Completed, cr.AuditKeyID)
 			}

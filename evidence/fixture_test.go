@@ -26,6 +26,9 @@ type fakeJournal struct {
 	seq  int
 	prev string
 	data []byte
+	// counts are run.terminated's counts of the records so far, which
+	// add fills in unless the fields give them.
+	counts map[string]int
 }
 
 func newFakeJournal(t *testing.T, run string) *fakeJournal {
@@ -41,12 +44,23 @@ func (j *fakeJournal) pub() ed25519.PublicKey { return j.priv.Public().(ed25519.
 func (j *fakeJournal) add(typ string, fields map[string]any) string {
 	j.seq++
 	m := map[string]any{"v": 1, "run": j.run, "seq": j.seq, "prev": j.prev, "time": "2026-11-29T08:00:00Z", "type": typ}
+	if j.counts == nil {
+		j.counts = map[string]int{"requested": 0, "completed": 0, "refused": 0, "failed": 0, "processes": 0}
+	}
+	if typ == "run.terminated" {
+		m["counts"] = j.counts
+	}
+	for name, counted := range countedTypes {
+		if typ == counted {
+			j.counts[name]++
+		}
+	}
 	for k, v := range fields {
 		m[k] = v
 	}
 	payload, _ := json.Marshal(m)
-	env := Envelope{PayloadType: AuditPayloadType, Payload: base64.StdEncoding.EncodeToString(payload),
-		Signatures: []Signature{{KeyID: KeyID(j.pub()), Sig: base64.StdEncoding.EncodeToString(ed25519.Sign(j.priv, PAE(AuditPayloadType, payload)))}}}
+	env := envelope{PayloadType: auditPayloadType, Payload: base64.StdEncoding.EncodeToString(payload),
+		Signatures: []signature{{KeyID: keyIDOf(j.pub()), Sig: base64.StdEncoding.EncodeToString(ed25519.Sign(j.priv, dssePAE(auditPayloadType, payload)))}}}
 	line, _ := json.Marshal(env)
 	h := sha256.Sum256(line)
 	j.prev = hex.EncodeToString(h[:])
@@ -180,8 +194,8 @@ func mustCaseReport(t *testing.T, dir string, c Case) CaseReport {
 	outcome, reasons := Score(c, o)
 	out, _ := os.ReadFile(filepath.Join(dir, FileProbeOut))
 	pb, _ := os.ReadFile(filepath.Join(dir, FilePublicKey))
-	pub, _ := ParsePublicKeyPEM(pb)
-	return CaseReport{Name: c.Name, Outcome: outcome, Reasons: reasons, Observations: o, ProbeClaims: ParseClaims(out), AuditKeyID: KeyID(pub)}
+	pub, _ := parsePublicKeyPEM(pb)
+	return CaseReport{Name: c.Name, Outcome: outcome, Reasons: reasons, Observations: o, ProbeClaims: ParseClaims(out), AuditKeyID: keyIDOf(pub)}
 }
 
 var (

@@ -175,7 +175,7 @@ func (r *caseRun) laterRun(ctx context.Context, polPath string, n int, riPath st
 		for _, pid := range []int{ri.HostPID, ri.WorkloadPID} {
 			starts[pid] = procStart(pid)
 		}
-		if pub, perr := ParsePublicKeyPEM([]byte(ri.PublicKeyPEM)); perr == nil {
+		if pub, perr := parsePublicKeyPEM([]byte(ri.PublicKeyPEM)); perr == nil {
 			r.prov.Pin(ri.RunID, pub)
 		}
 		if werr := os.WriteFile(marker, []byte("go\n"), 0o644); werr != nil {

@@ -11,18 +11,42 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
+	"time"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
-// Journal format constants (DESIGN.md, The journal).
+// Journal format constants (DESIGN.md, The journal). This file is the
+// evidence suite's own reading of the format, independent of package audit
+// (see the package doc) and as strict as it: it refuses what audit's
+// verifier refuses in the envelope, the payload's form, the header and the
+// public key file, each checked here by other code.
 const (
-	AuditPayloadType = "application/vnd.moat.audit.v1+json"
-	// MaxJournalBytes caps a journal read by the verifier.
-	MaxJournalBytes = 64 << 20
-	// MaxJournalLine caps one journal line.
-	MaxJournalLine = 1 << 20
-	zeroPrev       = "0000000000000000000000000000000000000000000000000000000000000000"
+	auditPayloadType = "application/vnd.moat.audit.v1+json"
+	// maxJournalBytes caps a journal read by the verifier.
+	maxJournalBytes = 64 << 20
+	// maxJournalLine caps one journal line.
+	maxJournalLine = 4 << 20
+	// maxPublicKeyPEM caps a public key file.
+	maxPublicKeyPEM = 4 << 10
+	// maxRecords caps the records of one journal (seq runs 1..maxRecords).
+	maxRecords = 1 << 20
+	// maxExactInt is 2^53-1: every number in a payload is an integer
+	// within ±maxExactInt (RFC 8785 numbers are IEEE 754 doubles).
+	maxExactInt = 1<<53 - 1
+	zeroPrev    = "0000000000000000000000000000000000000000000000000000000000000000"
 )
+
+// recordTypes are the journal's record types; a payload of any other type
+// is refused.
+var recordTypes = []string{
+	"run.started", "boundary.confirmed", "inference.requested", "inference.completed",
+	"inference.refused", "inference.failed", "process.started", "process.exited",
+	"process.failed", "run.terminated",
+}
 
 // Journal statuses, as `moat audit verify` reports them.
 const (
@@ -32,22 +56,22 @@ const (
 	JournalComplete   = "complete"
 )
 
-// Envelope is a DSSE envelope.
-type Envelope struct {
+// envelope is a DSSE envelope. Its members are exported for encoding/json.
+type envelope struct {
 	PayloadType string      `json:"payloadType"`
 	Payload     string      `json:"payload"`
-	Signatures  []Signature `json:"signatures"`
+	Signatures  []signature `json:"signatures"`
 }
 
-// Signature is one DSSE signature.
-type Signature struct {
+// signature is one DSSE signature.
+type signature struct {
 	KeyID string `json:"keyid"`
 	Sig   string `json:"sig"`
 }
 
-// PAE is DSSE's pre-authentication encoding:
+// dssePAE is DSSE's pre-authentication encoding:
 // "DSSEv1" SP len(type) SP type SP len(body) SP body, lengths in ASCII decimal.
-func PAE(payloadType string, payload []byte) []byte {
+func dssePAE(payloadType string, payload []byte) []byte {
 	var b bytes.Buffer
 	b.WriteString("DSSEv1 ")
 	b.WriteString(strconv.Itoa(len(payloadType)))
@@ -60,17 +84,32 @@ func PAE(payloadType string, payload []byte) []byte {
 	return b.Bytes()
 }
 
-// KeyID is the hex sha256 of a raw Ed25519 public key.
-func KeyID(pub ed25519.PublicKey) string {
+// keyIDOf is the hex sha256 of a raw Ed25519 public key.
+func keyIDOf(pub ed25519.PublicKey) string {
 	s := sha256.Sum256(pub)
 	return hex.EncodeToString(s[:])
 }
 
-// ParsePublicKeyPEM parses a PKIX "PUBLIC KEY" PEM block holding an Ed25519 key.
-func ParsePublicKeyPEM(b []byte) (ed25519.PublicKey, error) {
-	blk, _ := pem.Decode(b)
-	if blk == nil || blk.Type != "PUBLIC KEY" {
+// parsePublicKeyPEM parses a file that is exactly one PKIX "PUBLIC KEY"
+// PEM block, without headers, holding an Ed25519 key; only whitespace may
+// surround the block.
+func parsePublicKeyPEM(b []byte) (ed25519.PublicKey, error) {
+	if len(b) > maxPublicKeyPEM {
+		return nil, fmt.Errorf("public key file is %d bytes, more than %d", len(b), maxPublicKeyPEM)
+	}
+	blk, rest := pem.Decode(b)
+	switch {
+	case blk == nil || blk.Type != "PUBLIC KEY":
 		return nil, errors.New("no PUBLIC KEY PEM block")
+	case !bytes.HasPrefix(bytes.TrimLeft(b, " \t\r\n"), []byte("-----BEGIN PUBLIC KEY-----")) ||
+		bytes.Count(b[:len(b)-len(rest)], []byte("-----BEGIN")) != 1:
+		// pem.Decode skips what it cannot parse before a block, even a
+		// line that looks like a block's start.
+		return nil, errors.New("data before the PUBLIC KEY PEM block")
+	case len(blk.Headers) != 0:
+		return nil, errors.New("the PUBLIC KEY PEM block has headers")
+	case len(bytes.TrimSpace(rest)) != 0:
+		return nil, errors.New("data after the PUBLIC KEY PEM block")
 	}
 	k, err := x509.ParsePKIXPublicKey(blk.Bytes)
 	if err != nil {
@@ -83,8 +122,8 @@ func ParsePublicKeyPEM(b []byte) (ed25519.PublicKey, error) {
 	return pub, nil
 }
 
-// PublicKeyPEM encodes an Ed25519 public key as PKIX PEM.
-func PublicKeyPEM(pub ed25519.PublicKey) []byte {
+// publicKeyPEM encodes an Ed25519 public key as PKIX PEM.
+func publicKeyPEM(pub ed25519.PublicKey) []byte {
 	der, err := x509.MarshalPKIXPublicKey(pub)
 	if err != nil {
 		panic("BUG: marshal ed25519 public key: " + err.Error())
@@ -92,17 +131,20 @@ func PublicKeyPEM(pub ed25519.PublicKey) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
 }
 
-// VerifyEnvelope checks a DSSE envelope line against pub and returns its
-// decoded payload and the PAE bytes that were signed.
-func VerifyEnvelope(line []byte, payloadType string, pub ed25519.PublicKey) (payload, pae, sig []byte, err error) {
-	var env Envelope
+// verifyEnvelope checks a DSSE envelope line against pub and returns its
+// decoded payload and the PAE bytes that were signed. The line must be
+// exactly the compact JSON that encoding/json makes of the envelope (member
+// order payloadType, payload, signatures; one signature; no whitespace or
+// anything after it), the one form moat writes.
+func verifyEnvelope(line []byte, payloadType string, pub ed25519.PublicKey) (payload, pae, sig []byte, err error) {
+	var env envelope
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&env); err != nil {
 		return nil, nil, nil, fmt.Errorf("envelope: %w", err)
 	}
-	if dec.More() {
-		return nil, nil, nil, errors.New("envelope: trailing data")
+	if again, err := json.Marshal(env); err != nil || !bytes.Equal(again, line) {
+		return nil, nil, nil, errors.New("envelope: not in its one form (compact JSON, members in order, one signature, nothing after it)")
 	}
 	if env.PayloadType != payloadType {
 		return nil, nil, nil, fmt.Errorf("payloadType %q, want %q", env.PayloadType, payloadType)
@@ -110,26 +152,26 @@ func VerifyEnvelope(line []byte, payloadType string, pub ed25519.PublicKey) (pay
 	if len(env.Signatures) != 1 {
 		return nil, nil, nil, fmt.Errorf("%d signatures, want 1", len(env.Signatures))
 	}
-	if env.Signatures[0].KeyID != KeyID(pub) {
-		return nil, nil, nil, fmt.Errorf("keyid %q is not the pinned key %s", env.Signatures[0].KeyID, KeyID(pub))
+	if env.Signatures[0].KeyID != keyIDOf(pub) {
+		return nil, nil, nil, fmt.Errorf("keyid %q is not the pinned key %s", env.Signatures[0].KeyID, keyIDOf(pub))
 	}
 	payload, err = base64.StdEncoding.Strict().DecodeString(env.Payload)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("payload: %w", err)
 	}
 	sig, err = base64.StdEncoding.Strict().DecodeString(env.Signatures[0].Sig)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("signature: %w", err)
+	if err != nil || len(sig) != ed25519.SignatureSize {
+		return nil, nil, nil, fmt.Errorf("signature: not base64 of %d bytes", ed25519.SignatureSize)
 	}
-	pae = PAE(env.PayloadType, payload)
+	pae = dssePAE(env.PayloadType, payload)
 	if !ed25519.Verify(pub, pae, sig) {
 		return nil, nil, nil, errors.New("signature does not verify against the pinned key")
 	}
 	return payload, pae, sig, nil
 }
 
-// JournalRecord is one verified journal line.
-type JournalRecord struct {
+// journalRecord is one verified journal line.
+type journalRecord struct {
 	Line    string         // the exact line, without its LF
 	Seq     int            // its seq
 	Type    string         // its type
@@ -137,21 +179,21 @@ type JournalRecord struct {
 	Payload []byte
 }
 
-// JournalResult is what VerifyJournal found.
-type JournalResult struct {
+// journalResult is what verifyJournal found.
+type journalResult struct {
 	Status   string
-	Records  []JournalRecord
+	Records  []journalRecord
 	FirstBad int    // 1-based line number of the first bad line (invalid only)
 	Reason   string // why invalid or incomplete
 }
 
-// VerifyJournal verifies a journal's exact bytes against the pinned key:
+// verifyJournal verifies a journal's exact bytes against the pinned key:
 // complete when its last line is run.terminated, incomplete for a valid
 // prefix (possibly followed by one torn line without LF), invalid otherwise.
-func VerifyJournal(data []byte, pub ed25519.PublicKey) JournalResult {
-	var res JournalResult
-	if len(data) > MaxJournalBytes {
-		return JournalResult{Status: JournalInvalid, FirstBad: 1, Reason: "journal exceeds MaxJournalBytes"}
+func verifyJournal(data []byte, pub ed25519.PublicKey) journalResult {
+	var res journalResult
+	if len(data) > maxJournalBytes {
+		return journalResult{Status: JournalInvalid, FirstBad: 1, Reason: "journal exceeds maxJournalBytes"}
 	}
 	prev := zeroPrev
 	run := ""
@@ -171,43 +213,64 @@ func VerifyJournal(data []byte, pub ed25519.PublicKey) JournalResult {
 		if res.terminal() {
 			return invalidAt(res, n, "bytes after the terminal record")
 		}
-		if len(line) > MaxJournalLine {
-			return invalidAt(res, n, "line exceeds MaxJournalLine")
+		if len(line) > maxJournalLine {
+			return invalidAt(res, n, "line exceeds maxJournalLine")
 		}
-		payload, _, _, err := VerifyEnvelope(line, AuditPayloadType, pub)
+		payload, _, _, err := verifyEnvelope(line, auditPayloadType, pub)
 		if err != nil {
 			return invalidAt(res, n, err.Error())
 		}
-		var f map[string]any
-		d := json.NewDecoder(bytes.NewReader(payload))
-		d.UseNumber()
-		if err := d.Decode(&f); err != nil {
+		f, err := decodePayload(payload)
+		if err != nil {
 			return invalidAt(res, n, "payload: "+err.Error())
+		}
+		if v, _ := f["v"].(json.Number); v != "1" {
+			return invalidAt(res, n, fmt.Sprintf("v %v, want 1", f["v"]))
 		}
 		num, _ := f["seq"].(json.Number)
 		seq, err := num.Int64()
-		if err != nil || seq != int64(n) {
-			return invalidAt(res, n, fmt.Sprintf("seq %v, want %d", f["seq"], n))
+		if err != nil || seq != int64(n) || seq > maxRecords {
+			return invalidAt(res, n, fmt.Sprintf("seq %v, want %d (at most %d)", f["seq"], n, maxRecords))
 		}
 		if p, _ := f["prev"].(string); p != prev {
 			return invalidAt(res, n, fmt.Sprintf("prev %q does not chain to the previous line (%s)", p, prev))
 		}
 		r, _ := f["run"].(string)
 		if n == 1 {
+			if !runIDForm(r) {
+				return invalidAt(res, n, fmt.Sprintf("run %q is not a run id", f["run"]))
+			}
 			run = r
 		} else if r != run {
 			return invalidAt(res, n, fmt.Sprintf("run %q differs from the journal's %q", r, run))
 		}
+		if ts, _ := f["time"].(string); !timeForm(ts) {
+			return invalidAt(res, n, fmt.Sprintf("time %q is not RFC 3339 UTC in the writer's form", f["time"]))
+		}
 		typ, _ := f["type"].(string)
-		if n == 1 && typ != "run.started" {
-			return invalidAt(res, n, fmt.Sprintf("first record is %q, want run.started", typ))
+		if !slices.Contains(recordTypes, typ) {
+			return invalidAt(res, n, fmt.Sprintf("type %q is not a record type", f["type"]))
+		}
+		if (n == 1) != (typ == "run.started") {
+			return invalidAt(res, n, fmt.Sprintf("record %d is %q: run.started is the first record and only that", n, typ))
+		}
+		if typ == "boundary.confirmed" && n != 2 {
+			return invalidAt(res, n, "boundary.confirmed is record 2 or absent")
+		}
+		if n == 2 && typ != "boundary.confirmed" && typ != "run.terminated" {
+			return invalidAt(res, n, fmt.Sprintf("record 2 is %q, want boundary.confirmed (or run.terminated)", typ))
+		}
+		if typ == "run.terminated" {
+			if err := checkCounts(f["counts"], res.Records); err != nil {
+				return invalidAt(res, n, "run.terminated: "+err.Error())
+			}
 		}
 		h := sha256.Sum256(line)
 		prev = hex.EncodeToString(h[:])
-		res.Records = append(res.Records, JournalRecord{Line: string(line), Seq: int(seq), Type: typ, Fields: f, Payload: payload})
+		res.Records = append(res.Records, journalRecord{Line: string(line), Seq: int(seq), Type: typ, Fields: f, Payload: payload})
 	}
 	if len(res.Records) == 0 {
-		return JournalResult{Status: JournalIncomplete, Reason: "empty journal"}
+		return journalResult{Status: JournalIncomplete, Reason: "empty journal"}
 	}
 	if res.terminal() {
 		res.Status = JournalComplete
@@ -217,10 +280,172 @@ func VerifyJournal(data []byte, pub ed25519.PublicKey) JournalResult {
 	return res
 }
 
-func (r JournalResult) terminal() bool {
+// countedTypes are the record types that run.terminated's counts count,
+// by their member names there.
+var countedTypes = map[string]string{
+	"requested": "inference.requested",
+	"completed": "inference.completed",
+	"refused":   "inference.refused",
+	"failed":    "inference.failed",
+	"processes": "process.started",
+}
+
+// checkCounts: run.terminated's counts are exactly the numbers of records
+// of each counted type before it.
+func checkCounts(v any, before []journalRecord) error {
+	counts, ok := v.(map[string]any)
+	if !ok || len(counts) != len(countedTypes) {
+		return fmt.Errorf("counts %v is not an object of exactly %d members", v, len(countedTypes))
+	}
+	for name, typ := range countedTypes {
+		want := 0
+		for _, r := range before {
+			if r.Type == typ {
+				want++
+			}
+		}
+		if got, _ := counts[name].(json.Number); got != json.Number(strconv.Itoa(want)) {
+			return fmt.Errorf("counts.%s is %v, but %d %s records precede it", name, counts[name], want, typ)
+		}
+	}
+	return nil
+}
+
+func (r journalResult) terminal() bool {
 	return len(r.Records) > 0 && r.Records[len(r.Records)-1].Type == "run.terminated"
 }
 
-func invalidAt(r JournalResult, n int, why string) JournalResult {
-	return JournalResult{Status: JournalInvalid, Records: r.Records, FirstBad: n, Reason: fmt.Sprintf("line %d: %s", n, why)}
+func invalidAt(r journalResult, n int, why string) journalResult {
+	return journalResult{Status: JournalInvalid, Records: r.Records, FirstBad: n, Reason: fmt.Sprintf("line %d: %s", n, why)}
+}
+
+// decodePayload decodes a payload that must be one JSON object in RFC 8785
+// canonical form: it is decoded, encoded again by canonical below, and must
+// come out byte for byte the same. That refuses trailing data, whitespace,
+// duplicate or unsorted members, other escapes and invalid UTF-8.
+func decodePayload(payload []byte) (map[string]any, error) {
+	d := json.NewDecoder(bytes.NewReader(payload))
+	d.UseNumber()
+	var f map[string]any
+	if err := d.Decode(&f); err != nil {
+		return nil, err
+	}
+	if f == nil {
+		return nil, errors.New("not a JSON object")
+	}
+	b, err := canonical(nil, f)
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.Equal(b, payload) {
+		return nil, errors.New("not one JSON object in RFC 8785 canonical form")
+	}
+	return f, nil
+}
+
+// canonical appends the RFC 8785 form of v (as encoding/json decodes it
+// with UseNumber) to b. Numbers must be integers within ±maxExactInt, as
+// the writer makes them; for those, RFC 8785's form is the shortest
+// decimal, which is the only one allowed.
+func canonical(b []byte, v any) ([]byte, error) {
+	switch v := v.(type) {
+	case nil:
+		return append(b, "null"...), nil
+	case bool:
+		return strconv.AppendBool(b, v), nil
+	case json.Number:
+		n, err := strconv.ParseInt(string(v), 10, 64)
+		if err != nil || n < -maxExactInt || n > maxExactInt {
+			return nil, fmt.Errorf("number %.40s is not an integer within ±%d", v, int64(maxExactInt))
+		}
+		return strconv.AppendInt(b, n, 10), nil
+	case string:
+		return appendJSONString(b, v), nil
+	case []any:
+		b = append(b, '[')
+		for i, e := range v {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			var err error
+			if b, err = canonical(b, e); err != nil {
+				return nil, err
+			}
+		}
+		return append(b, ']'), nil
+	case map[string]any:
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		// RFC 8785 3.2.3: members sorted by their names as UTF-16 code units.
+		slices.SortFunc(keys, func(x, y string) int { return slices.Compare(utf16.Encode([]rune(x)), utf16.Encode([]rune(y))) })
+		b = append(b, '{')
+		for i, k := range keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, k)
+			b = append(b, ':')
+			var err error
+			if b, err = canonical(b, v[k]); err != nil {
+				return nil, err
+			}
+		}
+		return append(b, '}'), nil
+	}
+	return nil, fmt.Errorf("BUG: unexpected JSON value %T", v)
+}
+
+// appendJSONString appends s as RFC 8785 (ECMAScript JSON.stringify)
+// writes it: the two-character escapes for " \ \b \f \n \r \t, \u00xx
+// (lowercase hex) for the other control characters, everything else as is.
+func appendJSONString(b []byte, s string) []byte {
+	const hexDigits = "0123456789abcdef"
+	b = append(b, '"')
+	for _, r := range s {
+		switch r {
+		case '"':
+			b = append(b, `\"`...)
+		case '\\':
+			b = append(b, `\\`...)
+		case '\b':
+			b = append(b, `\b`...)
+		case '\f':
+			b = append(b, `\f`...)
+		case '\n':
+			b = append(b, `\n`...)
+		case '\r':
+			b = append(b, `\r`...)
+		case '\t':
+			b = append(b, `\t`...)
+		default:
+			if r < 0x20 {
+				b = append(b, '\\', 'u', '0', '0', hexDigits[r>>4], hexDigits[r&0xf])
+			} else {
+				b = utf8.AppendRune(b, r)
+			}
+		}
+	}
+	return append(b, '"')
+}
+
+// runIDForm: 1..128 bytes of [A-Za-z0-9._:-], as moat makes run ids.
+func runIDForm(s string) bool {
+	if len(s) == 0 || len(s) > 128 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("._:-", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// timeForm: RFC 3339 in UTC as time.RFC3339Nano formats it (trailing
+// zeros of the fraction dropped, "Z").
+func timeForm(s string) bool {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	return err == nil && t.UTC().Format(time.RFC3339Nano) == s
 }

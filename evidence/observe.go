@@ -127,18 +127,18 @@ func ObserveCase(dir string, c Case) (Observations, error) {
 	}
 
 	// The journal, against the pinned run key.
-	var jr JournalResult
+	var jr journalResult
 	pemBytes, perr := readCapped(filepath.Join(dir, FilePublicKey), maxSmallFile)
-	jdata, jerr := readCapped(filepath.Join(dir, FileJournal), MaxJournalBytes)
+	jdata, jerr := readCapped(filepath.Join(dir, FileJournal), maxJournalBytes)
 	switch {
 	case perr != nil || jerr != nil:
 		o.Journal = JournalMissing
 	default:
-		pub, err := ParsePublicKeyPEM(pemBytes)
+		pub, err := parsePublicKeyPEM(pemBytes)
 		if err != nil {
 			return o, fmt.Errorf("%s: %w", FilePublicKey, err)
 		}
-		jr = VerifyJournal(jdata, pub)
+		jr = verifyJournal(jdata, pub)
 		o.Journal, o.JournalReason = jr.Status, jr.Reason
 		// A second reading: package audit's verifier must agree.
 		if ar := audit.Verify(jdata, pub); ar.Status.String() != jr.Status {
@@ -179,7 +179,7 @@ func ObserveCase(dir string, c Case) (Observations, error) {
 	default:
 		o.ProviderEvents = true
 	}
-	pub, _ := ParsePublicKeyPEM(pemBytes)
+	pub, _ := parsePublicKeyPEM(pemBytes)
 	seen := map[string]bool{}
 	forbidden := map[string]bool{}
 	var verified [][]byte

@@ -85,7 +85,7 @@ func (p *Provider) URL() string { return "http://" + p.ln.Addr().String() }
 // Pin sets the run key that every pre-effect record must verify against.
 func (p *Provider) Pin(runID string, pub ed25519.PublicKey) error {
 	path := filepath.Join(p.tmp, "pub.pem")
-	if err := os.WriteFile(path, PublicKeyPEM(pub), 0o600); err != nil {
+	if err := os.WriteFile(path, publicKeyPEM(pub), 0o600); err != nil {
 		return err
 	}
 	p.mu.Lock()
@@ -213,7 +213,7 @@ func (p *Provider) verify(hdr []string, body []byte, runID string, pub ed25519.P
 // checkPreEffect verifies a pre-effect line natively: signature, record
 // type, run, and body_sha256 against the bytes received.
 func checkPreEffect(line, body []byte, runID string, pub ed25519.PublicKey) error {
-	payload, _, _, err := VerifyEnvelope(line, AuditPayloadType, pub)
+	payload, _, _, err := verifyEnvelope(line, auditPayloadType, pub)
 	if err != nil {
 		return err
 	}
@@ -242,7 +242,7 @@ var opensslMu sync.Mutex
 
 // opensslVerify runs `openssl pkeyutl -verify -pubin -rawin` over the PAE bytes.
 func (p *Provider) opensslVerify(line []byte, pubPath string) error {
-	var env Envelope
+	var env envelope
 	if err := json.Unmarshal(line, &env); err != nil || len(env.Signatures) != 1 {
 		return errors.New("openssl: envelope unreadable")
 	}
@@ -254,7 +254,7 @@ func (p *Provider) opensslVerify(line []byte, pubPath string) error {
 	opensslMu.Lock()
 	defer opensslMu.Unlock()
 	paePath, sigPath := filepath.Join(p.tmp, "pae.bin"), filepath.Join(p.tmp, "sig.bin")
-	if err := os.WriteFile(paePath, PAE(env.PayloadType, payload), 0o600); err != nil {
+	if err := os.WriteFile(paePath, dssePAE(env.PayloadType, payload), 0o600); err != nil {
 		return err
 	}
 	if err := os.WriteFile(sigPath, sig, 0o600); err != nil {

@@ -68,8 +68,8 @@ func (s *suite) runCase(ctx context.Context, c Case) (CaseReport, error) {
 	out, _ := os.ReadFile(filepath.Join(r.dir, FileProbeOut))
 	cr := CaseReport{Name: c.Name, Outcome: outcome, Reasons: reasons, Observations: obs, ProbeClaims: ParseClaims(out)}
 	if pb, err := os.ReadFile(filepath.Join(r.dir, FilePublicKey)); err == nil {
-		if pub, err := ParsePublicKeyPEM(pb); err == nil {
-			cr.AuditKeyID = KeyID(pub)
+		if pub, err := parsePublicKeyPEM(pb); err == nil {
+			cr.AuditKeyID = keyIDOf(pub)
 		}
 	}
 	return cr, nil
@@ -311,17 +311,17 @@ func (r *caseRun) runMoat(ctx context.Context, polPath string) error {
 // ready runs once moat is Ready: pin the key, observe the worker from the
 // host, place the pathname receivers and pass every positive control.
 func (r *caseRun) ready(ri runInfo) error {
-	pub, err := ParsePublicKeyPEM([]byte(ri.PublicKeyPEM))
+	pub, err := parsePublicKeyPEM([]byte(ri.PublicKeyPEM))
 	if err != nil {
 		return fmt.Errorf("run info public key: %w", err)
 	}
-	if ri.KeyID != "" && ri.KeyID != KeyID(pub) {
-		return fmt.Errorf("run info keyid %s is not its key's %s", ri.KeyID, KeyID(pub))
+	if ri.KeyID != "" && ri.KeyID != keyIDOf(pub) {
+		return fmt.Errorf("run info keyid %s is not its key's %s", ri.KeyID, keyIDOf(pub))
 	}
 	if err := r.prov.Pin(ri.RunID, pub); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(r.dir, FilePublicKey), PublicKeyPEM(pub), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(r.dir, FilePublicKey), publicKeyPEM(pub), 0o644); err != nil {
 		return err
 	}
 	r.startTimes = map[int]string{ri.HostPID: procStart(ri.HostPID), ri.WorkloadPID: procStart(ri.WorkloadPID)}

@@ -205,20 +205,20 @@ func VerifyBundlePinned(dir string, pins Pins) (res VerifyResult) {
 }
 
 func verifyReportSignature(dir string, rb []byte, rep *Report, bad func(string, ...any)) {
-	pub, err := ParsePublicKeyPEM([]byte(rep.SuitePublicKey))
+	pub, err := parsePublicKeyPEM([]byte(rep.SuitePublicKey))
 	if err != nil {
 		bad("report: suite public key: %v", err)
 		return
 	}
-	if KeyID(pub) != rep.SuiteKeyID {
-		bad("report: suite_keyid %s is not the key's %s", rep.SuiteKeyID, KeyID(pub))
+	if keyIDOf(pub) != rep.SuiteKeyID {
+		bad("report: suite_keyid %s is not the key's %s", rep.SuiteKeyID, keyIDOf(pub))
 	}
 	db, err := readCapped(filepath.Join(dir, FileReportDSSE), MaxReportBytes)
 	if err != nil {
 		bad("report signature: %v", err)
 		return
 	}
-	var env Envelope
+	var env envelope
 	if err := decodeStrict(db, &env); err != nil {
 		bad("report.dsse.json: %v", err)
 		return
@@ -231,7 +231,7 @@ func verifyReportSignature(dir string, rb []byte, rep *Report, bad func(string, 
 	if want, err := envelopeBytes(env); err != nil || !bytes.Equal(db, want) {
 		bad("report.dsse.json: not in the form moat writes (indented JSON, one final LF)")
 	}
-	payload, _, _, err := VerifyEnvelope(line, ReportPayloadType, ed25519.PublicKey(pub))
+	payload, _, _, err := verifyEnvelope(line, ReportPayloadType, ed25519.PublicKey(pub))
 	if err != nil {
 		bad("report.dsse.json: %v", err)
 		return
@@ -321,15 +321,15 @@ func verifyCase(dir string, c Case, cr CaseReport, bad func(string, ...any)) {
 		bad("%s: recorded probe claims %+v differ from the probe's output %+v", c.Name, cr.ProbeClaims, claims)
 	}
 	if pemBytes, err := readCapped(filepath.Join(dir, FilePublicKey), maxSmallFile); err == nil {
-		if pub, err := ParsePublicKeyPEM(pemBytes); err == nil && KeyID(pub) != cr.AuditKeyID {
-			bad("%s: audit key %s is not the recorded %s", c.Name, KeyID(pub), cr.AuditKeyID)
+		if pub, err := parsePublicKeyPEM(pemBytes); err == nil && keyIDOf(pub) != cr.AuditKeyID {
+			bad("%s: audit key %s is not the recorded %s", c.Name, keyIDOf(pub), cr.AuditKeyID)
 		}
 		// The pinned key is the one moat announced in its run info.
 		if rb, err := readCapped(filepath.Join(dir, FileRunInfo), maxSmallFile); err == nil {
 			var ri runInfo
 			if err := json.Unmarshal(rb, &ri); err != nil {
 				bad("%s: %s: %v", c.Name, FileRunInfo, err)
-			} else if pub, err := ParsePublicKeyPEM([]byte(ri.PublicKeyPEM)); err != nil || KeyID(pub) != cr.AuditKeyID {
+			} else if pub, err := parsePublicKeyPEM([]byte(ri.PublicKeyPEM)); err != nil || keyIDOf(pub) != cr.AuditKeyID {
 				bad("%s: the run info's public key is not the pinned audit key %s", c.Name, cr.AuditKeyID)
 			}
 		} else {
