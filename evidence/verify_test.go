@@ -1,7 +1,6 @@
 package evidence
 
 import (
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -173,14 +172,4 @@ func writeFile(t *testing.T, p string, b []byte) {
 	if err := os.WriteFile(p, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func writeEvents[T any](t *testing.T, p string, evs []T) {
-	t.Helper()
-	var out []byte
-	for _, e := range evs {
-		b, _ := json.Marshal(e)
-		out = append(append(out, b...), '\n')
-	}
-	writeFile(t, p, out)
 }

@@ -44,6 +44,19 @@
 //     handling on this host's cgroup v1 is not wired); Limits reports them
 //     as not enforced. RLIMIT_NOFILE is set in the spec.
 //
+// # Why the OCI types are written here
+//
+// spec_linux.go declares the OCI runtime-spec types itself (ociSpec and
+// the rest, field names as in opencontainers/runtime-spec's config.md)
+// instead of importing github.com/opencontainers/runtime-spec/specs-go.
+// moat writes a small, fixed subset of the spec (process, root,
+// hostname, mounts, namespaces, rlimits, cgroupsPath), and the upstream
+// package would be a dependency of every moat binary for those few
+// structs (STYLE: dependencies are few). Declaring only what moat sets
+// also keeps the bundle to exactly that: a field the upstream types carry
+// cannot be written by accident, and one moat needs is added here with its
+// name from config.md.
+//
 // Readiness is never taken from these claims: moat runs its shared
 // measurement inside the sentry through StartHelper, as for every backend.
 // Inside gVisor, landlock_create_ruleset returns ENOSYS and a seccomp
