@@ -1,20 +1,15 @@
 package cli
 
 import (
-	"bytes"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/moat-sandbox/moat/audit"
-	"github.com/moat-sandbox/moat/boundary"
 )
 
 func init() { addCommand(newAuditCmd) }
@@ -190,7 +185,7 @@ verdict follows the timeline and the exit code is verify's.`,
 			}
 			out := cmd.OutOrStdout()
 			if output.machine() {
-				recs, perr := showRecords(journal)
+				recs, perr := audit.Payloads(journal)
 				if err := output.write(out, recs); err != nil {
 					return err
 				}
@@ -198,7 +193,7 @@ verdict follows the timeline and the exit code is verify's.`,
 					return exitf(ExitInvalid, "%v", perr)
 				}
 			} else {
-				showText(out, journal)
+				audit.WriteTimeline(out, journal)
 			}
 			if pubPath == "" {
 				if !output.machine() {
@@ -228,139 +223,4 @@ verdict follows the timeline and the exit code is verify's.`,
 	cmd.Flags().StringVar(&pubPath, "pubkey", "", "also verify against this public key")
 	output = addOutput(cmd)
 	return cmd
-}
-
-// splitJournal yields each LF-terminated line and then any unterminated tail.
-func splitJournal(journal []byte, fn func(n int, line []byte, torn bool)) {
-	n := 0
-	for len(journal) > 0 {
-		n++
-		line, rest, ok := bytes.Cut(journal, []byte("\n"))
-		fn(n, line, !ok)
-		journal = rest
-	}
-}
-
-func showText(out io.Writer, journal []byte) {
-	splitJournal(journal, func(n int, line []byte, torn bool) {
-		if torn {
-			fmt.Fprintf(out, "   %-24s %5d  (torn tail of %d bytes: a write cut short)\n", "", n, len(line))
-			return
-		}
-		e, err := audit.ParseLine(line)
-		if err != nil {
-			fmt.Fprintf(out, "!! %-24s %5d  UNREADABLE: %v\n", "", n, err)
-			return
-		}
-		mark, typ, detail := "  ", e.Header.Type, describe(e.Record)
-		switch e.Record.(type) {
-		case audit.InferenceRefused:
-			mark, typ = "!!", "REFUSED "+typ
-		case audit.InferenceFailed:
-			mark, typ = "!!", "FAILED "+typ
-		case audit.BoundaryConfirmed:
-			if !e.Record.(audit.BoundaryConfirmed).Ready {
-				mark = "!!"
-			}
-		}
-		fmt.Fprintf(out, "%s %-24s %5d  %-28s %s\n", mark, e.Header.Time.Format("2006-01-02T15:04:05.000Z07:00"), e.Header.Seq, typ, detail)
-	})
-}
-
-// showRecords returns each whole line's payload, and the first line that
-// cannot be parsed, if any.
-func showRecords(journal []byte) ([]json.RawMessage, error) {
-	recs := []json.RawMessage{}
-	var firstErr error
-	splitJournal(journal, func(n int, line []byte, torn bool) {
-		if torn {
-			return
-		}
-		e, err := audit.ParseLine(line)
-		if err != nil {
-			if firstErr == nil {
-				firstErr = fmt.Errorf("line %d: %w", n, err)
-			}
-			return
-		}
-		recs = append(recs, e.Payload)
-	})
-	return recs, firstErr
-}
-
-func short(h string) string {
-	if len(h) > 12 {
-		return h[:12]
-	}
-	return h
-}
-
-func attribution(a audit.Attribution) string {
-	if a.Status == boundary.AttributionResolved {
-		return fmt.Sprintf("pid=%d exe=%s", a.PID, a.Executable)
-	}
-	return fmt.Sprintf("attribution=%s(%s)", a.Status, a.Reason)
-}
-
-func describe(r audit.Record) string {
-	switch r := r.(type) {
-	case audit.RunStarted:
-		return fmt.Sprintf("backend=%s policy=%s binary=%s", r.Backend, short(r.PolicySHA256), short(r.BinarySHA256))
-	case audit.BoundaryConfirmed:
-		p := r.Properties
-		prop := func(name string, e boundary.EnforcedProperty) string {
-			if e.Enforced {
-				return name + "=" + e.Mechanism
-			}
-			return name + "=NOT-ENFORCED"
-		}
-		s := fmt.Sprintf("ready=%t %s %s %s %s", r.Ready,
-			prop("fs", p.FilesystemConfinement), prop("egress", p.EgressInterception),
-			prop("attribution", p.RequestAttribution), prop("privilege", p.PrivilegeFloor))
-		if r.Reason != "" {
-			s += " reason=" + strconv.Quote(r.Reason)
-		}
-		return s
-	case audit.InferenceRequested:
-		return fmt.Sprintf("id=%s %s %s model=%s stream=%t reserved=%d %s", r.RequestID, r.Provider, r.Endpoint, r.Model, r.Stream, r.ReservedTokens, attribution(r.Attribution))
-	case audit.InferenceCompleted:
-		return fmt.Sprintf("id=%s status=%d bytes=%d tokens=%d/%d", r.RequestID, r.Status, r.ResponseBytes, r.Usage.InputTokens, r.Usage.OutputTokens)
-	case audit.InferenceRefused:
-		return fmt.Sprintf("id=%s reason=%s %s detail=%s", r.RequestID, r.Reason, attribution(r.Attribution), strconv.Quote(r.Detail))
-	case audit.InferenceFailed:
-		return fmt.Sprintf("id=%s reason=%s detail=%s", r.RequestID, r.Reason, strconv.Quote(r.Detail))
-	case audit.ProcessStarted:
-		argv := strings.Join(quoteAll(r.Argv), " ")
-		if len(argv) > maxShownArgv {
-			argv = argv[:maxShownArgv] + "…"
-		}
-		return fmt.Sprintf("id=%s pid=%d argv=[%s]", r.ProcessID, r.HostPID, argv)
-	case audit.ProcessExited:
-		if r.OOMKilled {
-			return fmt.Sprintf("id=%s exit=%d oom_killed", r.ProcessID, r.ExitCode)
-		}
-		return fmt.Sprintf("id=%s exit=%d", r.ProcessID, r.ExitCode)
-	case audit.ProcessFailed:
-		argv := strings.Join(quoteAll(r.Argv), " ")
-		if len(argv) > maxShownArgv {
-			argv = argv[:maxShownArgv] + "…"
-		}
-		return fmt.Sprintf("exit=%d argv=[%s] reason=%s", r.ExitCode, argv, strconv.Quote(r.Reason))
-	case audit.RunTerminated:
-		c := r.Counts
-		return fmt.Sprintf("reason=%s exit=%d requested=%d completed=%d refused=%d failed=%d processes=%d",
-			r.Reason, r.ExitCode, c.Requested, c.Completed, c.Refused, c.Failed, c.Processes)
-	}
-	return fmt.Sprintf("BUG: unknown record %T", r)
-}
-
-// maxShownArgv caps the argv shown per process.started line.
-const maxShownArgv = 200
-
-func quoteAll(s []string) []string {
-	out := make([]string, len(s))
-	for i, a := range s {
-		out[i] = strconv.Quote(a)
-	}
-	return out
 }
