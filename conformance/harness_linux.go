@@ -5,17 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/internal/fakeprovider"
 	"github.com/moat-sandbox/moat/internal/fsutil"
 	"github.com/moat-sandbox/moat/internal/runinfo"
 )
@@ -31,7 +28,7 @@ type harness struct {
 	probe        string // tools/moat
 	auditDir     string
 	stateDir     string
-	provider     *fakeProvider
+	provider     *fakeprovider.Server
 	cleanup      []func()
 }
 
@@ -67,7 +64,7 @@ func newHarness(bin, backend string) (*harness, error) {
 	if err := fsutil.CopyFile(bin, h.probe, 0o755); err != nil {
 		return nil, err
 	}
-	h.provider, err = startProvider()
+	h.provider, err = fakeprovider.Start(fakeprovider.Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +75,7 @@ func (h *harness) close() {
 	for i := len(h.cleanup) - 1; i >= 0; i-- {
 		h.cleanup[i]()
 	}
-	h.provider.close()
+	h.provider.Close()
 	os.RemoveAll(h.dir)
 }
 
@@ -106,7 +103,7 @@ inference:
       models: [%s]
 audit:
   dir: %s
-`, strings.Join(append([]string{h.tools}, readOnly...), ", "), h.workspace, h.provider.port, credEnv, providerModel, h.auditDir)
+`, strings.Join(append([]string{h.tools}, readOnly...), ", "), h.workspace, h.provider.Port(), credEnv, providerModel, h.auditDir)
 	return p, os.WriteFile(p, []byte(y), 0o644)
 }
 
@@ -199,45 +196,3 @@ func (o *runOut) journal() ([]*audit.Entry, audit.Result, error) {
 	}
 	return ents, res, nil
 }
-
-// fakeProvider is an Anthropic-style provider on the host's loopback.
-type fakeProvider struct {
-	srv  *http.Server
-	port int
-	mu   sync.Mutex
-	reqs []providerRequest
-}
-
-type providerRequest struct {
-	Path      string
-	Auth      string
-	PreEffect string
-}
-
-func startProvider() (*fakeProvider, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	p := &fakeProvider{port: ln.Addr().(*net.TCPAddr).Port}
-	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
-	go p.srv.Serve(ln)
-	return p, nil
-}
-
-func (p *fakeProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	io.Copy(io.Discard, io.LimitReader(r.Body, 1<<20))
-	p.mu.Lock()
-	p.reqs = append(p.reqs, providerRequest{Path: r.URL.Path, Auth: r.Header.Get("X-Api-Key"), PreEffect: r.Header.Get("Moat-Pre-Effect")})
-	p.mu.Unlock()
-	w.Header().Set("Content-Type", "application/json")
-	fmt.Fprintf(w, `{"id":"msg_conformance","type":"message","role":"assistant","model":%q,"content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":3,"output_tokens":1}}`, providerModel)
-}
-
-func (p *fakeProvider) requests() []providerRequest {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]providerRequest(nil), p.reqs...)
-}
-
-func (p *fakeProvider) close() { p.srv.Close() }

@@ -17,6 +17,7 @@ import (
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/confirmation"
 	"github.com/moat-sandbox/moat/internal/fsutil"
+	"github.com/moat-sandbox/moat/internal/receiver"
 )
 
 var scenarios = []scenario{
@@ -30,57 +31,23 @@ var scenarios = []scenario{
 	{"smoke", smoke},
 }
 
-// hostReceiver listens on the host's loopback (TCP and UDP) and counts
-// arrivals.
-type hostReceiver struct {
-	tcp    net.Listener
-	udp    net.PacketConn
-	events chan string
-}
+// hostReceiver listens on the host's loopback (TCP and UDP) and reports
+// arrivals (internal/receiver).
+type hostReceiver struct{ *receiver.Receiver }
 
-func newHostReceiver() (*hostReceiver, error) {
-	r := &hostReceiver{events: make(chan string, 64)}
-	var err error
-	if r.tcp, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-		return nil, err
-	}
-	if r.udp, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
-		r.tcp.Close()
-		return nil, err
-	}
-	go func() {
-		for {
-			c, err := r.tcp.Accept()
-			if err != nil {
-				return
-			}
-			r.events <- "tcp from " + c.RemoteAddr().String()
-			c.Close()
-		}
-	}()
-	go func() {
-		buf := make([]byte, 1024)
-		for {
-			_, from, err := r.udp.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			r.events <- fmt.Sprintf("udp from %v", from)
-		}
-	}()
-	return r, nil
+func newHostReceiver() (hostReceiver, error) {
+	r, err := receiver.Start(receiver.Options{})
+	return hostReceiver{r}, err
 }
-
-func (r *hostReceiver) close() { r.tcp.Close(); r.udp.Close() }
 
 // drain returns what arrived within d.
-func (r *hostReceiver) drain(d time.Duration) []string {
+func (r hostReceiver) drain(d time.Duration) []string {
 	var got []string
 	t := time.After(d)
 	for {
 		select {
-		case e := <-r.events:
-			got = append(got, e)
+		case e := <-r.Events:
+			got = append(got, e.String())
 		case <-t:
 			return got
 		}
@@ -89,18 +56,18 @@ func (r *hostReceiver) drain(d time.Duration) []string {
 
 // controlDelivery proves a receiver works before it is trusted to observe
 // nothing.
-func (r *hostReceiver) controlDelivery(v *verdict) {
-	c, err := net.Dial("tcp", r.tcp.Addr().String())
+func (r hostReceiver) controlDelivery(v *verdict) {
+	c, err := net.Dial("tcp", r.TCP.Addr().String())
 	if err == nil {
 		c.Close()
 	}
-	u, err2 := net.Dial("udp", r.udp.LocalAddr().String())
+	u, err2 := net.Dial("udp", r.UDP.LocalAddr().String())
 	if err2 == nil {
 		u.Write([]byte("control"))
 		u.Close()
 	}
 	got := r.drain(500 * time.Millisecond)
-	v.control(err == nil && err2 == nil && len(got) == 2, "host receivers on %s and udp %s observe the controller's delivery (%d events)", r.tcp.Addr(), r.udp.LocalAddr(), len(got))
+	v.control(err == nil && err2 == nil && len(got) == 2, "host receivers on %s and udp %s observe the controller's delivery (%d events)", r.TCP.Addr(), r.UDP.LocalAddr(), len(got))
 }
 
 func egressConfinement(ctx context.Context, h *harness) Result {
@@ -109,10 +76,10 @@ func egressConfinement(ctx context.Context, h *harness) Result {
 	if err != nil {
 		return Result{Outcome: Invalid, Reason: err.Error()}
 	}
-	defer rcv.close()
+	defer rcv.Close()
 	rcv.controlDelivery(v)
 
-	actions := []string{"tcp=" + rcv.tcp.Addr().String(), "udp=" + rcv.udp.LocalAddr().String(), "infer="}
+	actions := []string{"tcp=" + rcv.TCP.Addr().String(), "udp=" + rcv.UDP.LocalAddr().String(), "infer="}
 	th, terr := newTestHost(h)
 	if terr == nil {
 		defer th.close()
@@ -123,7 +90,7 @@ func egressConfinement(ctx context.Context, h *harness) Result {
 	} else {
 		v.invalid("raw-IP and alternate-resolver checks need a test host in a network namespace of the suite's own: %v", terr)
 	}
-	before := len(h.provider.requests())
+	before := h.provider.Count()
 	out, err := h.probeRun(ctx, actions...)
 	if err != nil || out.code != 0 {
 		return runFailed(v, out, err)
@@ -155,7 +122,7 @@ func egressConfinement(ctx context.Context, h *harness) Result {
 			v.violation(true, "the test host (raw IP, resolver on UDP and TCP 53) observed nothing from the sandbox")
 		}
 	}
-	v.control(len(h.provider.requests()) == before+1, "the provider observed exactly the one allowed request")
+	v.control(h.provider.Count() == before+1, "the provider observed exactly the one allowed request")
 	return v.result()
 }
 

@@ -3,7 +3,6 @@ package measure
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/moat-sandbox/moat/internal/receiver"
 	"github.com/moat-sandbox/moat/internal/reexec/reexectest"
 	"github.com/moat-sandbox/moat/internal/testenv"
 )
@@ -132,42 +132,16 @@ func TestProbesUnderConfinement(t *testing.T) {
 	testenv.Need(t, userNSPossible(), "unprivileged user namespaces")
 	h := newHostSetup(t)
 
-	tcpRecv, err := net.Listen("tcp", "127.0.0.1:0")
+	recv, err := receiver.Start(receiver.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tcpRecv.Close()
-	udpRecv, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer udpRecv.Close()
-	seen := make(chan string, 16)
-	go func() {
-		for {
-			c, err := tcpRecv.Accept()
-			if err != nil {
-				return
-			}
-			seen <- "tcp from " + c.RemoteAddr().String()
-			c.Close()
-		}
-	}()
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			_, from, err := udpRecv.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			seen <- "udp from " + from.String()
-		}
-	}()
+	defer recv.Close()
 
 	cfg := h.config()
 	cfg.BrokerPort = 18080 // nothing listens there inside the new namespace
-	cfg.ExtraTCPPorts = []int{tcpRecv.Addr().(*net.TCPAddr).Port}
-	cfg.ExtraUDPPorts = []int{udpRecv.LocalAddr().(*net.UDPAddr).Port}
+	cfg.ExtraTCPPorts = []int{recv.TCPPort()}
+	cfg.ExtraUDPPorts = []int{recv.UDPPort()}
 	if err := cfg.validate(cfg.BrokerPort); err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +207,7 @@ func TestProbesUnderConfinement(t *testing.T) {
 		}
 	}
 	select {
-	case s := <-seen:
+	case s := <-recv.Events:
 		t.Errorf("a host receiver observed the confined helper: %s", s)
 	case <-time.After(200 * time.Millisecond):
 	}

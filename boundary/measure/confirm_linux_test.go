@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/internal/receiver"
 	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
@@ -78,42 +79,14 @@ func TestConfirmUnconfined(t *testing.T) {
 	sb := newFakeSandbox(t)
 
 	// Receivers on the host's loopback that the sandbox must not reach.
-	tcpRecv, err := net.Listen("tcp", "127.0.0.1:0")
+	recv, err := receiver.Start(receiver.Options{EchoUDP: true}) // echo: an answer
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tcpRecv.Close()
-	tcpSeen := make(chan string, 16)
-	go func() {
-		for {
-			c, err := tcpRecv.Accept()
-			if err != nil {
-				return
-			}
-			tcpSeen <- c.RemoteAddr().String()
-			c.Close()
-		}
-	}()
-	udpRecv, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer udpRecv.Close()
-	udpSeen := make(chan int, 16)
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := udpRecv.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			udpSeen <- n
-			udpRecv.WriteTo(buf[:n], from) // echo: an answer
-		}
-	}()
+	defer recv.Close()
 	cfg := h.config()
-	cfg.ExtraTCPPorts = []int{tcpRecv.Addr().(*net.TCPAddr).Port}
-	cfg.ExtraUDPPorts = []int{udpRecv.LocalAddr().(*net.UDPAddr).Port}
+	cfg.ExtraTCPPorts = []int{recv.TCPPort()}
+	cfg.ExtraUDPPorts = []int{recv.UDPPort()}
 
 	leak, err := os.Open(h.dir) // a host directory fd, handed to the helper
 	if err != nil {
@@ -195,14 +168,21 @@ func TestConfirmUnconfined(t *testing.T) {
 	if c := checkByName(t, rep, checkReceivers); !strings.Contains(c.Detail, "unix @moat-measure-") || !strings.Contains(c.Detail, "tcp connection") || !strings.Contains(c.Detail, "udp datagram") {
 		t.Errorf("host receivers detail %q does not name tcp, udp and the abstract socket", c.Detail)
 	}
-	select {
-	case <-tcpSeen:
-	case <-time.After(5 * time.Second):
+	seen := map[string]bool{}
+	deadline := time.After(5 * time.Second)
+wait:
+	for !seen["tcp"] || !seen["udp"] {
+		select {
+		case e := <-recv.Events:
+			seen[e.Net] = true
+		case <-deadline:
+			break wait
+		}
+	}
+	if !seen["tcp"] {
 		t.Error("the host TCP receiver saw no connection, yet the check says it connected")
 	}
-	select {
-	case <-udpSeen:
-	case <-time.After(5 * time.Second):
+	if !seen["udp"] {
 		t.Error("the host UDP receiver saw no datagram, yet the check says it was answered")
 	}
 

@@ -2,7 +2,6 @@ package measure
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/internal/receiver"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -87,44 +87,18 @@ func TestConfirmNative(t *testing.T) {
 	}
 	defer sb.Terminate()
 
-	tcpRecv, err := net.Listen("tcp", "127.0.0.1:0")
+	recv, err := receiver.Start(receiver.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tcpRecv.Close()
-	udpRecv, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer udpRecv.Close()
-	seen := make(chan string, 16)
-	go func() {
-		for {
-			c, err := tcpRecv.Accept()
-			if err != nil {
-				return
-			}
-			seen <- "tcp from " + c.RemoteAddr().String()
-			c.Close()
-		}
-	}()
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			_, from, err := udpRecv.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			seen <- "udp from " + from.String()
-		}
-	}()
+	defer recv.Close()
 
 	cfg := Config{
 		ReadWrite: []string{ws}, ReadOnly: readOnly,
 		HostSecrets:        []string{secret, outside, "/etc/shadow", "/root"},
 		RequireAttribution: true,
-		ExtraTCPPorts:      []int{tcpRecv.Addr().(*net.TCPAddr).Port},
-		ExtraUDPPorts:      []int{udpRecv.LocalAddr().(*net.UDPAddr).Port},
+		ExtraTCPPorts:      []int{recv.TCPPort()},
+		ExtraUDPPorts:      []int{recv.UDPPort()},
 		SetuidProbes:       setuid,
 	}
 	props, rep, err := Confirm(ctx, sb, cfg)
@@ -143,7 +117,7 @@ func TestConfirmNative(t *testing.T) {
 		t.Errorf("Ready: %v", err)
 	}
 	select {
-	case s := <-seen:
+	case s := <-recv.Events:
 		t.Errorf("a host receiver observed the sandbox: %s", s)
 	case <-time.After(200 * time.Millisecond):
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/internal/fsutil"
 	"github.com/moat-sandbox/moat/internal/grants"
+	"github.com/moat-sandbox/moat/internal/receiver"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -157,37 +158,11 @@ func TestLandlockAlone(t *testing.T) {
 func TestNetworkConfinement(t *testing.T) {
 	f := newFixture(t)
 	// Receivers on the host's loopback; the workload must reach none.
-	tcpL, err := net.Listen("tcp", "127.0.0.1:0")
+	recv, err := receiver.Start(receiver.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tcpL.Close()
-	var tcpHits atomic.Int32
-	go func() {
-		for {
-			c, err := tcpL.Accept()
-			if err != nil {
-				return
-			}
-			tcpHits.Add(1)
-			c.Close()
-		}
-	}()
-	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer udp.Close()
-	var udpHits atomic.Int32
-	go func() {
-		buf := make([]byte, 64)
-		for {
-			if _, _, err := udp.ReadFrom(buf); err != nil {
-				return
-			}
-			udpHits.Add(1)
-		}
-	}()
+	defer recv.Close()
 	abstract := fmt.Sprintf("moat-native-test-%d", os.Getpid())
 	ul, err := net.Listen("unix", "@"+abstract)
 	if err != nil {
@@ -230,8 +205,8 @@ func TestNetworkConfinement(t *testing.T) {
 			c.Close()
 		}
 	}()
-	tcpAddr := tcpL.Addr().String()
-	udpAddr := udp.LocalAddr().String()
+	tcpAddr := recv.TCP.Addr().String()
+	udpAddr := recv.UDP.LocalAddr().String()
 	broker := fmt.Sprintf("127.0.0.1:%d", li.Port)
 	// A host process puts a Unix socket into the writable workspace after
 	// the sandbox is ready.
@@ -278,11 +253,8 @@ func TestNetworkConfinement(t *testing.T) {
 		t.Error("the broker listener saw no connection")
 	}
 	// The workload has exited: anything it sent has arrived by now.
-	if n := tcpHits.Load(); n != 0 {
-		t.Errorf("host TCP receiver saw %d connections, want 0", n)
-	}
-	if n := udpHits.Load(); n != 0 {
-		t.Errorf("host UDP receiver saw %d datagrams, want 0", n)
+	if got := recv.Seen(); len(got) != 0 {
+		t.Errorf("host TCP/UDP receivers saw %v, want nothing", got)
 	}
 	if n := unixHits.Load(); n != 0 {
 		t.Errorf("host abstract Unix receiver saw %d connections, want 0", n)
@@ -294,11 +266,11 @@ func TestNetworkConfinement(t *testing.T) {
 	}
 	c.Write([]byte("x"))
 	c.Close()
-	for i := 0; i < 100 && udpHits.Load() == 0; i++ {
+	for i := 0; i < 100 && recv.Count() == 0; i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if udpHits.Load() != 1 {
-		t.Errorf("control: host UDP receiver saw %d datagrams from the host, want 1", udpHits.Load())
+	if recv.Count() != 1 {
+		t.Errorf("control: host UDP receiver saw %d datagrams from the host, want 1", recv.Count())
 	}
 }
 

@@ -34,15 +34,20 @@ const subprocessEnv = "MOAT_TEST_SUBPROCESS"
 // Main runs the helper named by os.Args[1] when it is one of helpers, and
 // the package's tests otherwise; it does not return. A helper list that
 // reexec.Check refuses ends the binary with exit 3 before any test runs.
-func Main(m *testing.M, helpers ...reexec.Helper) {
+func Main(m *testing.M, helpers ...reexec.Helper) { os.Exit(Run(m, helpers...)) }
+
+// Run is Main for a TestMain with work to do after the tests: it runs
+// (and exits with) the helper named by os.Args[1] when it is one of
+// helpers, and otherwise returns m.Run()'s code.
+func Run(m *testing.M, helpers ...reexec.Helper) int {
 	if err := reexec.Check(helpers); err != nil {
-		fmt.Fprintf(os.Stderr, "BUG: reexectest.Main: %v\n", err)
+		fmt.Fprintf(os.Stderr, "BUG: reexectest: %v\n", err)
 		os.Exit(3)
 	}
 	if code, ok := reexec.Dispatch(os.Args[1:], helpers); ok {
 		os.Exit(code)
 	}
-	os.Exit(m.Run())
+	return m.Run()
 }
 
 // Helper returns a test helper named reexec.Prefix+"test-"+name.
