@@ -1,6 +1,6 @@
 //go:build linux
 
-package moat_test
+package e2e
 
 import (
 	"bytes"
@@ -51,10 +51,10 @@ func TestRootAuditFault(t *testing.T) {
 	}
 	b, _ := os.ReadFile(ri)
 	json.Unmarshal(b, &info)
-	p.pin(info.PublicKeyPEM)
+	p.PinPEM(info.PublicKeyPEM)
 	// Control: with storage that works, a request goes through.
 	os.WriteFile(go1, nil, 0o644)
-	waitFor(t, "the control request", 20*e2eSecond, func() bool { return len(p.seen()) == 1 })
+	waitFor(t, "the control request", 20*e2eSecond, func() bool { return len(p.Requests()) == 1 })
 	// Now fill the journal's filesystem.
 	filler, err := os.Create(filepath.Join(e.auditDir, "filler"))
 	if err != nil {
@@ -78,7 +78,7 @@ func TestRootAuditFault(t *testing.T) {
 	// record or two: the fault hits one of the later requests. Every
 	// request the provider saw has its durable pre-effect record, the
 	// faulted one and everything after it never arrived.
-	seen := len(p.seen())
+	seen := len(p.Requests())
 	if seen >= 13 {
 		t.Errorf("the provider saw all %d requests: the fault never stopped anything", seen)
 	}

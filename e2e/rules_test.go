@@ -1,6 +1,6 @@
 //go:build linux
 
-package moat_test
+package e2e
 
 import (
 	"encoding/base64"
@@ -132,27 +132,27 @@ func TestRunBrokerRulesThroughSandbox(t *testing.T) {
 	if got[len(got)-1] != "200" {
 		t.Errorf("pipelined pair: the first got %q, want 200", got[len(got)-1])
 	}
-	seen := p.seen()
+	seen := p.Requests()
 	if want := len(rules) + 2; len(seen) != want {
 		t.Errorf("the provider saw %d requests, want %d (only the valid ones)", len(seen), want)
 	}
 	for _, s := range seen {
-		if s.preEffect != nil {
-			t.Errorf("pre-effect: %v", s.preEffect)
+		if s.PreEffectErr != nil {
+			t.Errorf("pre-effect: %v", s.PreEffectErr)
 		}
-		if s.query != "" || s.path != "/v1/messages" {
-			t.Errorf("provider saw %s?%s", s.path, s.query)
+		if s.Query != "" || s.Path != "/v1/messages" {
+			t.Errorf("provider saw %s?%s", s.Path, s.Query)
 		}
-		if s.header.Get("X-Api-Key") != anthropicCred || s.header.Get("Authorization") != "" {
-			t.Errorf("provider saw credentials x-api-key=%q authorization=%q", s.header.Get("X-Api-Key"), s.header.Get("Authorization"))
+		if s.Header.Get("X-Api-Key") != anthropicCred || s.Header.Get("Authorization") != "" {
+			t.Errorf("provider saw credentials x-api-key=%q authorization=%q", s.Header.Get("X-Api-Key"), s.Header.Get("Authorization"))
 		}
-		for k := range s.header {
+		for k := range s.Header {
 			if strings.HasPrefix(strings.ToLower(k), "moat-") && k != "Moat-Pre-Effect" || k == "X-Folded" || k == "X-Big" || k == "Upgrade" {
 				t.Errorf("provider saw header %s", k)
 			}
 		}
-		if strings.Contains(string(s.body), "surprise") || strings.Contains(string(s.body), "claude-other") {
-			t.Errorf("provider saw a refused body: %s", s.body)
+		if strings.Contains(string(s.Body), "surprise") || strings.Contains(string(s.Body), "claude-other") {
+			t.Errorf("provider saw a refused body: %s", s.Body)
 		}
 	}
 	v := e.moat("audit", "verify", journal, "--pubkey", journal[:len(journal)-len("journal.jsonl")]+"pubkey.pem")

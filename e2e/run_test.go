@@ -1,10 +1,9 @@
 //go:build linux
 
-package moat_test
+package e2e
 
 import (
 	"bufio"
-	_ "embed"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -19,10 +18,10 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-)
 
-//go:embed examples/minimal.yaml
-var minimalExample []byte
+	"github.com/moat-sandbox/moat/examples"
+	"github.com/moat-sandbox/moat/internal/receiver"
+)
 
 // line returns the probe's result line for an action, or fails.
 func line(t *testing.T, r result, action string) string {
@@ -55,7 +54,7 @@ func wantErr(t *testing.T, r result, action, substr string) {
 func TestRunMinimalExample(t *testing.T) {
 	e := newEnv(t)
 	pol := filepath.Join(e.dir, "minimal.yaml")
-	if err := os.WriteFile(pol, minimalExample, 0o644); err != nil {
+	if err := os.WriteFile(pol, examples.Minimal, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	ws := filepath.Join(e.dir, "workspace") // ./workspace beside the policy
@@ -153,38 +152,13 @@ func TestRunFilesystemWalls(t *testing.T) {
 func TestRunNetworkWalls(t *testing.T) {
 	e := newEnv(t)
 	pol := e.policy("")
+	recv, err := receiver.Start(receiver.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recv.Close()
+	tcpAddr, udpAddr := recv.TCP.Addr().String(), recv.UDP.LocalAddr().String()
 	got := make(chan string, 16)
-
-	tl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tl.Close()
-	go func() {
-		for {
-			c, err := tl.Accept()
-			if err != nil {
-				return
-			}
-			got <- "tcp from " + c.RemoteAddr().String()
-			c.Close()
-		}
-	}()
-	ul, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ul.Close()
-	go func() {
-		buf := make([]byte, 512)
-		for {
-			n, a, err := ul.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			got <- fmt.Sprintf("udp %q from %v", buf[:n], a)
-		}
-	}()
 	abs := fmt.Sprintf("moat-e2e-%d", os.Getpid())
 	al, err := net.Listen("unix", "@"+abs)
 	if err != nil {
@@ -204,14 +178,14 @@ func TestRunNetworkWalls(t *testing.T) {
 	// Positive delivery controls from the host side: each receiver works.
 	for _, ctl := range []func() error{
 		func() error {
-			c, err := net.Dial("tcp", tl.Addr().String())
+			c, err := net.Dial("tcp", tcpAddr)
 			if err == nil {
 				c.Close()
 			}
 			return err
 		},
 		func() error {
-			c, err := net.Dial("udp", ul.LocalAddr().String())
+			c, err := net.Dial("udp", udpAddr)
 			if err == nil {
 				c.Write([]byte("ctl"))
 				c.Close()
@@ -231,18 +205,19 @@ func TestRunNetworkWalls(t *testing.T) {
 		}
 		select {
 		case <-got:
+		case <-recv.Events:
 		case <-time.After(5 * time.Second):
 			t.Fatal("delivery control: receiver observed nothing")
 		}
 	}
 
-	r := e.helper(pol, "probe", "broker=", "tcp="+tl.Addr().String(), "udp="+ul.LocalAddr().String(), "abstract="+abs,
+	r := e.helper(pol, "probe", "broker=", "tcp="+tcpAddr, "udp="+udpAddr, "abstract="+abs,
 		"socket=inet,stream,0", "socket=unix,stream,0", "socket=packet,raw,0", "socket=vsock,stream,0", "socket=inet,stream,mptcp")
 	if r.code != 0 {
 		t.Fatalf("%s", r)
 	}
 	wantOK(t, r, "broker=")
-	wantErr(t, r, "tcp="+tl.Addr().String(), "")
+	wantErr(t, r, "tcp="+tcpAddr, "")
 	wantErr(t, r, "abstract="+abs, "")
 	wantOK(t, r, "socket=inet,stream,0")
 	wantErr(t, r, "socket=unix,stream,0", "")
@@ -251,6 +226,8 @@ func TestRunNetworkWalls(t *testing.T) {
 	wantErr(t, r, "socket=inet,stream,mptcp", "")
 	select {
 	case o := <-got:
+		t.Errorf("a host receiver observed traffic from the sandbox: %s", o)
+	case o := <-recv.Events:
 		t.Errorf("a host receiver observed traffic from the sandbox: %s", o)
 	case <-time.After(300 * time.Millisecond):
 	}

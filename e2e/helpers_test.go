@@ -1,6 +1,6 @@
 //go:build linux
 
-package moat_test
+package e2e
 
 import (
 	"bytes"
@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moat-sandbox/moat/internal/reexec"
+	"github.com/moat-sandbox/moat/internal/reexec/reexectest"
 	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
@@ -28,11 +30,8 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	// The test binary doubles as the in-sandbox workload (see helper.go).
-	if len(os.Args) > 2 && os.Args[1] == helperArg {
-		os.Exit(helperMain(os.Args[2:]))
-	}
-	code := m.Run()
+	// The test binary doubles as the in-sandbox workload (probe_test.go).
+	code := reexectest.Run(m, reexec.Helper{Name: helperArg, Main: helperMain})
 	if builtBin != "" {
 		os.RemoveAll(filepath.Dir(builtBin))
 	}
@@ -52,7 +51,7 @@ func moatBin(t *testing.T) string {
 		}
 		os.Chmod(dir, 0o755)
 		builtBin = filepath.Join(dir, "moat")
-		cmd := exec.Command("go", "build", "-o", builtBin, "./cmd/moat")
+		cmd := exec.Command("go", "build", "-o", builtBin, "github.com/moat-sandbox/moat/cmd/moat")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		out, err := cmd.CombinedOutput()
 		if err != nil {

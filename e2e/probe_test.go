@@ -1,6 +1,6 @@
 //go:build linux
 
-package moat_test
+package e2e
 
 import (
 	"encoding/base64"
@@ -16,13 +16,15 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/internal/reexec"
 )
 
 // helperArg makes the test binary act as an in-sandbox probe: each further
 // argument is one action "kind=arg", and the probe prints one line per
 // action, "kind=arg ok" or "kind=arg err <reason>". The tests judge these
 // lines together with what host-side receivers observed.
-const helperArg = "-moat-e2e-probe"
+const helperArg = reexec.Prefix + "test-e2e-probe"
 
 func helperMain(actions []string) int {
 	for _, a := range actions {

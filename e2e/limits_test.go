@@ -1,6 +1,6 @@
 //go:build linux
 
-package moat_test
+package e2e
 
 import (
 	"encoding/base64"
@@ -55,8 +55,8 @@ func TestRefusalLimitEndsRun(t *testing.T) {
 	if r.code != 125 {
 		t.Fatalf("exit %d, want 125\n%s", r.code, r)
 	}
-	if len(p.seen()) != 1 {
-		t.Errorf("control: the provider saw %d requests, want the allowed one", len(p.seen()))
+	if len(p.Requests()) != 1 {
+		t.Errorf("control: the provider saw %d requests, want the allowed one", len(p.Requests()))
 	}
 	lines := strings.Split(strings.TrimSpace(readFile(t, journal)), "\n")
 	var env struct {

@@ -1,6 +1,6 @@
 //go:build linux
 
-package moat_test
+package e2e
 
 import (
 	"bytes"
@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/internal/fakeprovider"
 )
 
 // TestCrashTrials kills `moat run` with SIGKILL at randomized points while
@@ -130,15 +131,15 @@ inference:
   providers:
     - name: anthropic
       api: anthropic-messages
-      base_url: http://127.0.0.1:%s
+      base_url: http://127.0.0.1:%d
       credential_env: E2E_ANTHROPIC_KEY
       models: [claude-e2e]
     - name: openai
       api: openai-chat
-      base_url: http://127.0.0.1:%s
+      base_url: http://127.0.0.1:%d
       credential_env: E2E_OPENAI_KEY
       models: [gpt-e2e]
-`, filepath.Dir(tr.env.probe), ws, tr.AuditDir, maxRequests, tr.Provider.port(), tr.Provider.port())
+`, filepath.Dir(tr.env.probe), ws, tr.AuditDir, maxRequests, tr.Provider.Port(), tr.Provider.Port())
 	p := filepath.Join(tr.Dir, "policy.yaml")
 	if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
 		tr.t.Fatal(err)
@@ -235,7 +236,7 @@ func crashKillPoints(total int, ws string) crashChooser {
 		default:
 			k := 1 + rng.Intn(total/2)
 			return crashKill{Phase: "traffic", Note: fmt.Sprintf("(after %d requests)", k),
-				After: func(tr *crashTrial) bool { return len(tr.Provider.seen()) >= k },
+				After: func(tr *crashTrial) bool { return len(tr.Provider.Requests()) >= k },
 				Delay: time.Duration(rng.Int63n(int64(30 * time.Millisecond)))}
 		}
 	}
@@ -280,8 +281,8 @@ type crashTrial struct {
 	Killed  bool   // moat was still running when it was killed
 	RunDir  string // the run directory, "" if moat died before making one
 	RunID   string
-	Journal []byte // its complete lines
-	Seen    []seen // what the provider received
+	Journal []byte                 // its complete lines
+	Seen    []fakeprovider.Request // what the provider received
 	Stderr  string
 	Verify  result // moat audit verify
 	// Running is what crashLeftovers found (workspace aside) when the run
@@ -474,7 +475,7 @@ func runCrashTrial(t *testing.T, e *env, cfg crashConfig, tr *crashTrial) {
 				tr.Running = crashLeftovers(runs[0].Name(), "")
 			}
 		}
-		if tr.At.FirstRequest == 0 && len(tr.Provider.seen()) > 0 {
+		if tr.At.FirstRequest == 0 && len(tr.Provider.Requests()) > 0 {
 			tr.At.FirstRequest = now
 		}
 	}
@@ -512,9 +513,9 @@ func runCrashTrial(t *testing.T, e *env, cfg crashConfig, tr *crashTrial) {
 	}
 	// Every request the provider is still handling is recorded once Close
 	// returns.
-	tr.Provider.srv.Close()
+	tr.Provider.Close()
 	tr.Stderr = readFile(t, se.Name())
-	seen := tr.Provider.seen()
+	seen := tr.Provider.Requests()
 	tr.Seen = seen
 
 	runs, _ := os.ReadDir(tr.AuditDir)
@@ -568,14 +569,14 @@ func runCrashTrial(t *testing.T, e *env, cfg crashConfig, tr *crashTrial) {
 	tr.Journal = j[:len(j)-len(rest)]
 	pub, perr := audit.ParsePublicKeyPEM([]byte(readFileOr(filepath.Join(tr.RunDir, audit.PublicKeyFile))))
 	for j, s := range seen {
-		h := s.header.Get("Moat-Pre-Effect")
+		h := s.Header.Get("Moat-Pre-Effect")
 		line, err := base64.StdEncoding.DecodeString(h)
 		if h == "" || err != nil {
-			t.Errorf("request %d to %s: Moat-Pre-Effect %q: %v", j, s.path, h, err)
+			t.Errorf("request %d to %s: Moat-Pre-Effect %q: %v", j, s.Path, h, err)
 			continue
 		}
 		if !lines[string(line)] {
-			t.Errorf("request %d to %s reached the provider, but its Moat-Pre-Effect line is not a complete line of the journal:\n%s", j, s.path, line)
+			t.Errorf("request %d to %s reached the provider, but its Moat-Pre-Effect line is not a complete line of the journal:\n%s", j, s.Path, line)
 			continue
 		}
 		if perr != nil {
@@ -590,7 +591,7 @@ func runCrashTrial(t *testing.T, e *env, cfg crashConfig, tr *crashTrial) {
 		rec, ok := ent.Record.(audit.InferenceRequested)
 		if !ok {
 			t.Errorf("request %d: its Moat-Pre-Effect line is a %T, want inference.requested", j, ent.Record)
-		} else if want := sha256hex(s.body); rec.BodySHA256 != want {
+		} else if want := sha256hex(s.Body); rec.BodySHA256 != want {
 			t.Errorf("request %d: the record's body_sha256 is %s, the body received hashes to %s", j, rec.BodySHA256, want)
 		}
 	}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package moat_test
+package e2e
 
 import (
 	"encoding/json"
@@ -91,7 +91,7 @@ func taggedBin(t *testing.T, env, tag string) string {
 	dir := t.TempDir()
 	os.Chmod(dir, 0o755)
 	out := filepath.Join(dir, "moat-"+tag)
-	cmd := exec.Command("go", "build", "-tags", tag, "-o", out, "./cmd/moat")
+	cmd := exec.Command("go", "build", "-tags", tag, "-o", out, "github.com/moat-sandbox/moat/cmd/moat")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building moat with -tags %s (set %s): %v\n%s", tag, env, err, b)
