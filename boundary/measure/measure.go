@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-json-experiment/json"
 
+	"github.com/moat-sandbox/moat/confirmation"
 	"github.com/moat-sandbox/moat/internal/reaper"
 	"github.com/moat-sandbox/moat/internal/reexec"
 )
@@ -92,17 +93,9 @@ type Report struct {
 	Checks []Check `json:"checks"`
 }
 
-// Check is one attempted action and what came of it.
-type Check struct {
-	Property string `json:"property"`
-	Name     string `json:"name"`
-	Kind     string `json:"kind"`
-	// OK is true when the outcome is the safe one: a violation that
-	// failed, a control that succeeded.
-	OK      bool   `json:"ok"`
-	Outcome string `json:"outcome"` // succeeded | failed | error | missing
-	Detail  string `json:"detail,omitempty"`
-}
+// Check is one attempted action and what came of it: the type the
+// journal records (package confirmation holds it, below both).
+type Check = confirmation.Check
 
 // Outcomes.
 const (
