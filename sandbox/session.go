@@ -93,6 +93,7 @@ type Session struct {
 	w        *audit.Writer
 	sb       boundary.Sandbox
 	brk      *broker.Broker
+	tools    *toolServers // the tool servers (tools.go); nil when the policy has none
 	stateDir string
 	reaper   *reaper.Reaper
 	checks   []audit.Check
@@ -400,8 +401,13 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[strin
 	if _, err := s.w.Append(audit.BoundaryConfirmed{Ready: true, Properties: props, Checks: s.checks, Limits: &limits}); err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
+	gw, ts, err := s.openTools(ctx, be, creds)
+	if err != nil {
+		return err
+	}
+	s.tools = ts
 	brk, err := broker.New(broker.Config{
-		Policy: pol, Journal: s.w, Attributor: sb.Attributor(),
+		Policy: pol, Journal: s.w, Attributor: sb.Attributor(), Tools: gw,
 		AttributionUnavailable: sb.Mechanisms().AttributionUnavailable,
 		Credentials:            creds,
 		Log:                    s.log,
@@ -452,6 +458,7 @@ func (s *Session) Env() []string { return s.env(false) }
 // that has a terminal, unless the policy's env sets TERM itself.
 func (s *Session) env(terminal bool) []string {
 	extra := broker.WorkloadEnv(s.BrokerPort, s.pol)
+	extra = append(extra, toolEnv(s.BrokerPort, s.pol)...)
 	if _, own := s.pol.Process.Env["TERM"]; terminal && s.term != "" && !own {
 		extra = append(extra, "TERM="+s.term)
 	}
@@ -598,6 +605,7 @@ func (s *Session) Close(code int, reason audit.TerminalReason) {
 	if s.brk != nil {
 		s.brk.Close()
 	}
+	s.tools.stop()
 	if s.sb != nil {
 		s.sb.Terminate()
 	}

@@ -28,7 +28,10 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"sync"
+	"syscall"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -68,7 +71,22 @@ func text(s string) *sdk.CallToolResult {
 
 func main() {
 	logPath := flag.String("log", "", "append a line per call received to this file")
+	detach := flag.Bool("detach-child", false, "start a detached child (setsid) that outlives this server: tests use it to show that moat reaps a server's descendants")
+	sleep := flag.Bool("sleep", false, "sleep for ever (the detached child)")
 	flag.Parse()
+	if *sleep {
+		for {
+			time.Sleep(time.Hour)
+		}
+	}
+	// Servers log to stderr; moat keeps it from the workload.
+	fmt.Fprintf(os.Stderr, "mcp-calc: serving on stdio (pid %d)\n", os.Getpid())
+	if *detach {
+		if err := detachChild(); err != nil {
+			fmt.Fprintln(os.Stderr, "mcp-calc:", err)
+			os.Exit(1)
+		}
+	}
 	var log *callLog
 	if *logPath != "" {
 		f, err := os.OpenFile(*logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
@@ -103,4 +121,19 @@ func main() {
 		fmt.Fprintln(os.Stderr, "mcp-calc:", err)
 		os.Exit(1)
 	}
+}
+
+// detachChild starts this binary again with --sleep in a new session,
+// stdio closed, and does not wait for it.
+func detachChild() error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(exe, "--sleep")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	return cmd.Process.Release()
 }

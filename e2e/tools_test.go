@@ -1,0 +1,255 @@
+//go:build linux
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// mcpProbe is the probe's "mcp" action: the official Go SDK's client,
+// configured only from what moat put in the environment
+// (MOAT_MCP_CALC_URL), calls the calc server. arg: "list", a tool name
+// ("add", "mul": a=2, b=3) or "env:NAME".
+func mcpProbe(arg string) error {
+	url := os.Getenv("MOAT_MCP_CALC_URL")
+	if url == "" {
+		return fmt.Errorf("MOAT_MCP_CALC_URL is not set")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := sdk.NewClient(&sdk.Implementation{Name: "probe", Version: "1"}, nil)
+	cs, err := c.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: url, MaxRetries: -1}, nil)
+	if err != nil {
+		return err
+	}
+	defer cs.Close()
+	if arg == "list" {
+		lt, err := cs.ListTools(ctx, nil)
+		if err != nil {
+			return err
+		}
+		var names []string
+		for _, t := range lt.Tools {
+			names = append(names, t.Name)
+		}
+		fmt.Printf("mcp-tools %s\n", strings.Join(names, ","))
+		return nil
+	}
+	p := &sdk.CallToolParams{Name: arg, Arguments: map[string]any{"b": 3, "a": 2}}
+	if name, ok := strings.CutPrefix(arg, "env:"); ok {
+		p = &sdk.CallToolParams{Name: "env", Arguments: map[string]any{"name": name}}
+	}
+	res, err := cs.CallTool(ctx, p)
+	if err != nil {
+		return err
+	}
+	for _, ct := range res.Content {
+		if tc, ok := ct.(*sdk.TextContent); ok {
+			fmt.Printf("mcp-result %s %s\n", arg, tc.Text)
+		}
+	}
+	return nil
+}
+
+// buildMCPCalc builds examples/mcp-calc, statically, into dir.
+func buildMCPCalc(t *testing.T, dir string) string {
+	t.Helper()
+	out := filepath.Join(dir, "mcp-calc")
+	cmd := exec.Command("go", "build", "-o", out, "github.com/moat-sandbox/moat/examples/mcp-calc")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build mcp-calc: %v\n%s", err, b)
+	}
+	return out
+}
+
+// toolsPolicy writes a policy whose calc server is the example server,
+// logging the calls it receives to logDir (the workload cannot see it).
+func toolsPolicy(e *env, calc, logDir string, extraArgs ...string) string {
+	args := []string{calc, "--log", filepath.Join(logDir, "calls.jsonl")}
+	args = append(args, extraArgs...)
+	b, _ := json.Marshal(args)
+	return e.policy(fmt.Sprintf(`tools:
+  mcp:
+    - name: calc
+      command: %s
+      env: {LANG: C.UTF-8}
+      credential_env: MOAT_E2E_CALC_TOKEN
+      tools: [add, env]
+      max_calls: 8
+      timeout: 10s
+      filesystem:
+        read_only: [%s]
+        read_write: [%s]
+`, b, filepath.Dir(calc), logDir))
+}
+
+// TestToolsMCP: in one run, a real SDK client inside the native sandbox
+// calls the example server through the broker: the allowed call returns
+// its result, the unlisted tool is refused and never reaches the server
+// (the server's own log), the server sees its own environment and
+// credential but not moat's (a canary), its stderr does not reach the
+// workload, a host-file probe from the workload is denied, and the
+// journal holds tool.requested before tool.completed and verifies.
+func TestToolsMCP(t *testing.T) {
+	e := newEnv(t)
+	calc := buildMCPCalc(t, e.binDir)
+	logDir := e.newWorkspace("mcplog")
+	t.Setenv("MOAT_E2E_CALC_TOKEN", "calc-token-e2e-0123456789abcdef")
+	t.Setenv("MOAT_E2E_CANARY", "canary-e2e-fedcba9876543210")
+	pol := toolsPolicy(e, calc, logDir)
+	r := e.helper(pol, "mcp=list", "mcp=add", "mcp=mul", "mcp=env:MOAT_E2E_CANARY", "mcp=env:MOAT_E2E_CALC_TOKEN", "mcp=env:LANG", "read=/etc/shadow")
+	if r.code != 0 {
+		t.Fatalf("run: %s", r)
+	}
+	for _, want := range []string{
+		"mcp-tools add,env\n", // mul is on the server, not on the allowlist
+		"mcp-result add 5\n",
+		"mcp-result env:MOAT_E2E_CANARY MOAT_E2E_CANARY set: false\n",
+		"mcp-result env:MOAT_E2E_CALC_TOKEN MOAT_E2E_CALC_TOKEN set: true\n",
+		"mcp-result env:LANG LANG set: true\n",
+		"read=/etc/shadow err",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, r)
+		}
+	}
+	if !strings.Contains(r.stdout, `mcp=mul err`) || !strings.Contains(r.stdout, `tool "mul" is not allowed`) {
+		t.Errorf("mul was not refused with the reason:\n%s", r)
+	}
+	if strings.Contains(r.stdout+r.stderr, "mcp-calc: serving") {
+		t.Errorf("the server's stderr reached the workload or the terminal:\n%s", r)
+	}
+	// The server's own log: add and the env calls arrived, add with
+	// exactly the canonical arguments; mul never did.
+	log, err := os.ReadFile(filepath.Join(logDir, "calls.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls []string
+	sc := bufio.NewScanner(strings.NewReader(string(log)))
+	for sc.Scan() {
+		var c struct{ Tool, Arguments string }
+		if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
+			t.Fatalf("server log line %q: %v", sc.Text(), err)
+		}
+		calls = append(calls, c.Tool+" "+c.Arguments)
+	}
+	want := []string{`add {"a":2,"b":3}`, `env {"name":"MOAT_E2E_CANARY"}`, `env {"name":"MOAT_E2E_CALC_TOKEN"}`, `env {"name":"LANG"}`}
+	if strings.Join(calls, "\n") != strings.Join(want, "\n") {
+		t.Errorf("server saw\n%s\nwant\n%s", strings.Join(calls, "\n"), strings.Join(want, "\n"))
+	}
+	// The journal: verify, then the tool records in order.
+	runDir := onlyRunDir(t, e.auditDir)
+	if v := e.moat("audit", "verify", filepath.Join(runDir, "journal.jsonl"), "--pubkey", filepath.Join(runDir, "pubkey.pem")); v.code != 0 {
+		t.Fatalf("audit verify: %s", v)
+	}
+	var types []string
+	for _, p := range journalPayloads(t, filepath.Join(runDir, "journal.jsonl")) {
+		if typ, _ := p["type"].(string); strings.HasPrefix(typ, "tool.") {
+			types = append(types, typ+":"+fmt.Sprint(p["tool"]))
+		}
+	}
+	wantTypes := "tool.requested:add tool.completed:<nil> tool.refused:mul tool.requested:env tool.completed:<nil> tool.requested:env tool.completed:<nil> tool.requested:env tool.completed:<nil>"
+	if got := strings.Join(types, " "); got != wantTypes {
+		t.Errorf("journal tool records:\n got %s\nwant %s", got, wantTypes)
+	}
+	stderrLog, err := os.ReadFile(filepath.Join(runDir, "tools", "calc.stderr"))
+	if err != nil || !strings.Contains(string(stderrLog), "mcp-calc: serving on stdio") {
+		t.Errorf("the server's stderr is not in the run directory: %v %q", err, stderrLog)
+	}
+	if show := e.moat("audit", "show", filepath.Join(runDir, "journal.jsonl")); show.code != 0 || !strings.Contains(show.stdout, "tool.requested") {
+		t.Errorf("audit show: %s", show)
+	}
+}
+
+// onlyRunDir returns the one run directory under auditDir.
+func onlyRunDir(t *testing.T, auditDir string) string {
+	t.Helper()
+	ents, err := os.ReadDir(auditDir)
+	if err != nil || len(ents) != 1 {
+		t.Fatalf("audit dir %s: %v, %d entries", auditDir, err, len(ents))
+	}
+	return filepath.Join(auditDir, ents[0].Name())
+}
+
+// journalPayloads decodes each line's payload (the journal was verified).
+func journalPayloads(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+		var env struct{ Payload []byte }
+		if err := json.Unmarshal([]byte(line), &env); err != nil {
+			t.Fatal(err)
+		}
+		var p map[string]any
+		if err := json.Unmarshal(env.Payload, &p); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// TestToolsServerReaped: killing moat (SIGKILL, no clean-up of its own)
+// ends the tool server and the detached (setsid) child it started,
+// observed from the host by their executable.
+func TestToolsServerReaped(t *testing.T) {
+	e := newEnv(t)
+	calc := buildMCPCalc(t, e.binDir)
+	logDir := e.newWorkspace("mcplog")
+	t.Setenv("MOAT_E2E_CALC_TOKEN", "calc-token-e2e-0123456789abcdef")
+	pol := toolsPolicy(e, calc, logDir, "--detach-child")
+	never := "wait-file=" + e.workspace + "/never" // each waits 10s
+	cmd := e.command("run", "--policy", pol, "--", e.probe, helperArg, "mcp=add", never, never, never, never, never)
+	out := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	deadline := time.Now().Add(60 * time.Second)
+	for !(len(pidsOf(calc)) == 2 && strings.Contains(out.String(), "mcp-result add 5")) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server and its detached child did not appear: pids %v, output:\n%s", pidsOf(calc), out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	pids := pidsOf(calc)
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	waitFor(t, fmt.Sprintf("server processes %v to be gone", pids), 30*time.Second, func() bool { return len(pidsOf(calc)) == 0 })
+}
+
+// pidsOf lists host processes whose executable is exe.
+func pidsOf(exe string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if l, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe")); err == nil && l == exe {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
