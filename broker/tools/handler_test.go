@@ -54,7 +54,9 @@ func testServer(o *observer) *sdk.Server {
 			return h(ctx, req.Params.Arguments)
 		})
 	}
-	text := func(s string) *sdk.CallToolResult { return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: s}}} }
+	text := func(s string) *sdk.CallToolResult {
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: s}}}
+	}
 	add("add", func(_ context.Context, a json.RawMessage) (*sdk.CallToolResult, error) {
 		var in struct{ A, B float64 }
 		if err := json.Unmarshal(a, &in); err != nil {
@@ -68,7 +70,9 @@ func testServer(o *observer) *sdk.Server {
 		<-ctx.Done()
 		return text("late"), nil
 	})
-	add("leak", func(context.Context, json.RawMessage) (*sdk.CallToolResult, error) { return text("key=" + testSecret), nil })
+	add("leak", func(context.Context, json.RawMessage) (*sdk.CallToolResult, error) {
+		return text("key=" + testSecret), nil
+	})
 	return s
 }
 
