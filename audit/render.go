@@ -120,6 +120,14 @@ func Describe(r Record) string {
 		return fmt.Sprintf("id=%s exit=%d", r.ProcessID, r.ExitCode)
 	case ProcessFailed:
 		return fmt.Sprintf("exit=%d argv=[%s] reason=%s", r.ExitCode, shownArgv(r.Argv), strconv.Quote(r.Reason))
+	case ToolRequested:
+		return fmt.Sprintf("call=%s server=%s tool=%s args=%s bytes=%d %s", r.CallID, r.Server, r.Tool, short(r.ArgumentsSHA256), r.ArgumentsBytes, describeAttribution(r.Attribution))
+	case ToolCompleted:
+		return fmt.Sprintf("call=%s result=%s bytes=%d is_error=%t", r.CallID, short(r.ResultSHA256), r.ResultBytes, r.IsError)
+	case ToolRefused:
+		return fmt.Sprintf("call=%s server=%s method=%s tool=%s reason=%s %s detail=%s", r.CallID, strconv.Quote(r.Server), strconv.Quote(r.Method), strconv.Quote(r.Tool), r.Reason, describeAttribution(r.Attribution), strconv.Quote(r.Detail))
+	case ToolFailed:
+		return fmt.Sprintf("call=%s reason=%s detail=%s", r.CallID, r.Reason, strconv.Quote(r.Detail))
 	case RunTerminated:
 		c := r.Counts
 		return fmt.Sprintf("reason=%s exit=%d requested=%d completed=%d refused=%d failed=%d processes=%d",

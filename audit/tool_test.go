@@ -92,3 +92,20 @@ func Example_toolRequested() {
 	// {"arguments_bytes":13,"arguments_sha256":"dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd","attribution":{"executable":"/usr/bin/python3","pid":4242,"sha256":"cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc","status":"resolved"},"call_id":"moatcall_000000000000000000000002","prev":"55898897234ad4da482306cdb6528b39c2917bfbe7a2093e933803a43f7ee49b","run":"run-1","seq":3,"server":"calc","time":"2026-12-01T02:00:00Z","tool":"add","type":"tool.requested","v":1}
 	// {"call_id":"moatcall_000000000000000000000002","is_error":false,"prev":"89dae48fdee0a7e1c2c4d54079741d747024aa65f453472b9052d4fc31dbbaf3","result_bytes":52,"result_sha256":"eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee","run":"run-1","seq":4,"time":"2026-12-01T02:00:00Z","type":"tool.completed","v":1}
 }
+
+// TestToolDescribe: audit show renders every tool record (no "BUG:
+// unknown record"), with the fields a reader needs.
+func TestToolDescribe(t *testing.T) {
+	want := []string{
+		`call=moatcall_000000000000000000000001 server="calc" method="tools/call" tool="rm" reason=tool_not_allowed pid=4242 exe=/usr/bin/python3 detail=`,
+		`call=moatcall_000000000000000000000002 server=calc tool=add args=dddddddddddd bytes=13 pid=4242 exe=/usr/bin/python3`,
+		`call=moatcall_000000000000000000000002 result=eeeeeeeeeeee bytes=52 is_error=false`,
+		`call=moatcall_000000000000000000000003 server=calc tool=add args=ffffffffffff bytes=2 attribution=unavailable(endpoint-only backend)`,
+		`call=moatcall_000000000000000000000003 reason=timeout detail="moat: the server did not answer within 5s"`,
+	}
+	for i, r := range toolRecords() {
+		if got := Describe(r); !strings.HasPrefix(got, want[i]) {
+			t.Errorf("%s: got %s, want prefix %s", r.RecordType(), got, want[i])
+		}
+	}
+}
