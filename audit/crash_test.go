@@ -31,8 +31,7 @@ func startWriter(role, dir string, records int) (*exec.Cmd, io.ReadCloser, error
 	if err != nil {
 		return nil, nil, err
 	}
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), helperEnv+"="+role, helperDir+"="+dir, helperN+"="+strconv.Itoa(records))
+	cmd := exec.Command(exe, helperName(role), dir, strconv.Itoa(records))
 	cmd.Stderr = new(bytes.Buffer)
 	out, err := cmd.StdoutPipe()
 	if err != nil {

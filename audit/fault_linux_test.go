@@ -140,8 +140,7 @@ func TestFaultTmpfsUserns(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), helperEnv+"=fault", helperDir+"="+dir)
+	cmd := exec.Command(exe, helperName("fault"), dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags:                 syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
 		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}},
@@ -166,9 +165,13 @@ func TestFaultTmpfsUserns(t *testing.T) {
 
 // helperFault runs in the new namespaces: make every mount private, mount
 // the small tmpfs, run the scenario and print the report.
-func helperFault() int {
+func helperFault(args []string) int {
+	if len(args) != 1 {
+		fmt.Fprintln(os.Stderr, "want DIR")
+		return 3
+	}
 	var rep faultReport
-	mnt := filepath.Join(os.Getenv(helperDir), "mnt")
+	mnt := filepath.Join(args[0], "mnt")
 	switch {
 	case unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, "") != nil:
 		rep.Setup = "mount: making / private failed"

@@ -2,4 +2,4 @@
 
 package audit
 
-func helperFault() int { return 3 }
+func helperFault([]string) int { return 3 }

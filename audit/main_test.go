@@ -8,40 +8,35 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/moat-sandbox/moat/internal/reexec"
+	"github.com/moat-sandbox/moat/internal/reexec/reexectest"
+
 	"github.com/moat-sandbox/moat/confirmation"
 )
 
-// helperEnv selects a helper role when the test binary is re-run as a
-// writer subprocess; helperDir is the run directory it writes.
-const (
-	helperEnv = "MOAT_AUDIT_TEST_HELPER"
-	helperDir = "MOAT_AUDIT_TEST_DIR"
-	helperN   = "MOAT_AUDIT_TEST_RECORDS"
-)
+// The test binary re-runs itself as a writer subprocess (role "writer" or
+// "writer-nosync", arguments DIR RECORDS) or as the fault scenario (role
+// "fault", argument DIR); helperName is a role's helper.
+func helperName(role string) string { return reexec.Prefix + "test-audit-" + role }
 
 func TestMain(m *testing.M) {
-	switch os.Getenv(helperEnv) {
-	case "":
-		os.Exit(m.Run())
-	case "writer":
-		os.Exit(helperWriter(false))
-	case "writer-nosync":
-		os.Exit(helperWriter(true))
-	case "fault":
-		os.Exit(helperFault())
-	default:
-		fmt.Fprintf(os.Stderr, "unknown %s=%q\n", helperEnv, os.Getenv(helperEnv))
-		os.Exit(3)
-	}
+	reexectest.Main(m,
+		reexec.Helper{Name: helperName("writer"), Main: func(args []string) int { return helperWriter(false, args) }},
+		reexec.Helper{Name: helperName("writer-nosync"), Main: func(args []string) int { return helperWriter(true, args) }},
+		reexec.Helper{Name: helperName("fault"), Main: helperFault})
 }
 
 // helperWriter appends records from several goroutines into the run
-// directory named by helperDir, printing "ACK <sha256 of line>" to stdout
-// after each Append returns. With helperN=n>0 it stops after n records and
+// directory args[0], printing "ACK <sha256 of line>" to stdout after each
+// Append returns. With args[1] = n > 0 it stops after n records and
 // appends run.terminated; otherwise it runs until killed. noSync disables
 // the fsync (the strace test's negative control).
-func helperWriter(noSync bool) int {
-	w, err := Create(os.Getenv(helperDir), "crash-test")
+func helperWriter(noSync bool, args []string) int {
+	if len(args) != 2 {
+		fmt.Fprintln(os.Stderr, "want DIR RECORDS")
+		return 3
+	}
+	w, err := Create(args[0], "crash-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -65,7 +60,7 @@ func helperWriter(noSync bool) int {
 	}
 	must(RunStarted{PolicySHA256: "p", Backend: "native", BinarySHA256: "b", PublicKey: string(w.PublicKeyPEM())})
 	must(BoundaryConfirmed{Ready: true})
-	n, _ := strconv.Atoi(os.Getenv(helperN))
+	n, _ := strconv.Atoi(args[1])
 	const workers = 4
 	var wg sync.WaitGroup
 	for g := range workers {

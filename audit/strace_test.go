@@ -141,8 +141,7 @@ func TestSyncBeforeAppendReturns(t *testing.T) {
 		t.Run(c.role, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "run")
 			logPath := filepath.Join(t.TempDir(), "strace.log")
-			cmd := exec.Command(strace, "-f", "-qq", "-s", "80", "-e", "trace=openat,write,fsync,fdatasync", "-o", logPath, exe)
-			cmd.Env = append(os.Environ(), helperEnv+"="+c.role, helperDir+"="+dir, helperN+"=16")
+			cmd := exec.Command(strace, "-f", "-qq", "-s", "80", "-e", "trace=openat,write,fsync,fdatasync", "-o", logPath, exe, helperName(c.role), dir, "16")
 			if out, err := cmd.CombinedOutput(); err != nil {
 				testenv.Need(t, !strings.Contains(string(out), "PTRACE"), "strace cannot trace here: "+string(out))
 				t.Fatalf("traced writer: %v: %s", err, out)

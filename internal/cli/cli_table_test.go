@@ -138,8 +138,8 @@ func TestUnsupportedOutputRefusedFirst(t *testing.T) {
 
 // The exit-code table (README "Exit codes"), command by command, for what
 // runs in-process; the sandbox and run codes that need a real sandbox
-// (workload code, 126, 127) are the e2e tests' (e2e_run_test.go,
-// e2e_sandbox_test.go).
+// (workload code, 126, 127) are the e2e tests' (e2e/run_test.go,
+// e2e/sandbox_test.go).
 func TestExitCodeTable(t *testing.T) {
 	t.Setenv("MOAT_STATE_DIR", t.TempDir())
 	auditDir := t.TempDir()
