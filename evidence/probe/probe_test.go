@@ -2,13 +2,11 @@ package probe
 
 import (
 	"bytes"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/moat-sandbox/moat/internal/fakeprovider"
 )
 
 // The probe always ends with its loud claims, whatever happened.
@@ -30,21 +28,20 @@ func TestProbeAlwaysClaims(t *testing.T) {
 // Each case's requests reach a (fake) broker, with the control labels
 // before and after the attacks.
 func TestProbeCasesTalkToBroker(t *testing.T) {
-	var mu sync.Mutex
-	var bodies []string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		mu.Lock()
-		bodies = append(bodies, string(b))
-		mu.Unlock()
-		w.Write([]byte(`{}`))
-	}))
+	srv, err := fakeprovider.Start(fakeprovider.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer srv.Close()
 	t.Setenv("ANTHROPIC_BASE_URL", srv.URL)
 	for _, name := range []string{"unapproved-model", "malformed-json", "twenty-signed-requests"} {
-		bodies = nil
+		before := srv.Count()
 		var out bytes.Buffer
 		Main([]string{"--model", "m", "--openai-model", "o", name}, &out)
+		var bodies []string
+		for _, r := range srv.Requests()[before:] {
+			bodies = append(bodies, string(r.Body))
+		}
 		all := strings.Join(bodies, "\n")
 		if name == "twenty-signed-requests" {
 			if n := strings.Count(all, ControlPrefix+"seq-"); n != 20 {
