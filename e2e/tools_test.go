@@ -22,9 +22,27 @@ import (
 // mcpProbe is the probe's "mcp" action: the official Go SDK's client,
 // configured only from what moat put in the environment
 // (MOAT_MCP_CALC_URL), calls the calc server. arg: "list", a tool name
-// ("add", "mul": a=2, b=3) or "env:NAME".
+// ("add", "mul": a=2, b=3), "env:NAME", or "config": list, at the URL
+// that the file named by MOAT_MCP_CONFIG gives.
 func mcpProbe(arg string) error {
 	url := os.Getenv("MOAT_MCP_CALC_URL")
+	if arg == "config" {
+		// The generated client configuration, as an agent reads it.
+		b, err := os.ReadFile(os.Getenv("MOAT_MCP_CONFIG"))
+		if err != nil {
+			return err
+		}
+		var cfg struct {
+			MCPServers map[string]struct{ Type, URL string } `json:"mcpServers"`
+		}
+		if err := json.Unmarshal(b, &cfg); err != nil {
+			return err
+		}
+		if cfg.MCPServers["calc"].Type != "http" {
+			return fmt.Errorf("config %s has no http server calc", b)
+		}
+		url, arg = cfg.MCPServers["calc"].URL, "list"
+	}
 	if url == "" {
 		return fmt.Errorf("MOAT_MCP_CALC_URL is not set")
 	}
@@ -111,12 +129,13 @@ func TestToolsMCP(t *testing.T) {
 	t.Setenv("MOAT_E2E_CALC_TOKEN", "calc-token-e2e-0123456789abcdef")
 	t.Setenv("MOAT_E2E_CANARY", "canary-e2e-fedcba9876543210")
 	pol := toolsPolicy(e, calc, logDir)
-	r := e.helper(pol, "mcp=list", "mcp=add", "mcp=mul", "mcp=env:MOAT_E2E_CANARY", "mcp=env:MOAT_E2E_CALC_TOKEN", "mcp=env:LANG", "read=/etc/shadow")
+	r := e.helper(pol, "mcp=config", "mcp=list", "mcp=add", "mcp=mul", "mcp=env:MOAT_E2E_CANARY", "mcp=env:MOAT_E2E_CALC_TOKEN", "mcp=env:LANG", "read=/etc/shadow")
 	if r.code != 0 {
 		t.Fatalf("run: %s", r)
 	}
 	for _, want := range []string{
 		"mcp-tools add,env\n", // mul is on the server, not on the allowlist
+		"mcp=config ok\n",
 		"mcp-result add 5\n",
 		"mcp-result env:MOAT_E2E_CANARY MOAT_E2E_CANARY set: false\n",
 		"mcp-result env:MOAT_E2E_CALC_TOKEN MOAT_E2E_CALC_TOKEN set: true\n",

@@ -236,12 +236,15 @@ func (ts *toolServers) stop() {
 }
 
 // toolEnv is the workload's tool variables: MOAT_MCP_<NAME>_URL for
-// each server, at the broker's loopback port.
+// each server, at the broker's loopback port, and MOAT_MCP_CONFIG.
 func toolEnv(port int, pol *policy.Policy) []string {
 	var env []string
 	for i := range pol.Tools.MCP {
 		e := &pol.Tools.MCP[i]
 		env = append(env, e.EnvName()+"=http://127.0.0.1:"+strconv.Itoa(port)+tools.PathPrefix+e.Name)
+	}
+	if len(env) > 0 {
+		env = append(env, MCPConfigEnv+"="+MCPConfigPath)
 	}
 	return env
 }
@@ -258,6 +261,10 @@ func (s *Session) openTools(ctx context.Context, be boundary.Backend, providerCr
 	ts, ups, err := startToolServers(ctx, be, s.pol, s.RunID, s.stateDir, filepath.Dir(s.w.JournalPath()), s.reaper, s.log)
 	if err != nil {
 		return nil, nil, err
+	}
+	if err := writeMCPConfig(ctx, s.sb, s.BrokerPort, s.pol); err != nil {
+		ts.stop()
+		return nil, nil, &RefusedError{Msg: err.Error()}
 	}
 	h, err := tools.New(tools.Config{Policy: s.pol, Journal: s.w, Servers: ups,
 		Reflects: broker.NewReflectionGuard(toolCredentials(s.pol, providerCreds)),

@@ -26,6 +26,7 @@ var hidden = []reexec.Helper{
 	// The sandbox lifecycle (package sandbox, internal/reaper).
 	{Name: sandbox.SupervisorHelper, Main: sandbox.SupervisorMain}, // per sandbox: namespaces, broker, journal, control socket
 	{Name: reaper.Helper, Main: reaper.Main},                       // removes what moat owned if moat dies
+	{Name: sandbox.MCPConfigHelper, Main: sandbox.MCPConfigMain},   // writes MOAT_MCP_CONFIG's file inside the sandbox
 
 	// The native backend.
 	{Name: native.InitHelper, Main: native.InitMain},   // pid 1 of the sandbox
