@@ -29,6 +29,11 @@
 // parent opened without following any symlink. The
 // sandbox's own processes die with moat (Pdeathsig, PID namespace), so a
 // cgroup empties within moments.
+//
+// A helper also removes, at its start, the moat-* cgroups that earlier
+// runs left when moat and its reaper were both SIGKILLed: only one that
+// no live run holds (internal/cgroup.Sweep: old enough, unlocked, empty,
+// and the kernel agrees to rmdir it).
 package reaper
 
 import (
@@ -63,20 +68,45 @@ const (
 // Reaper is moat's end of the pipe. The zero value and a nil *Reaper do
 // nothing, so that callers without one (tests, other tools) need no
 // special case.
+//
+// A helper that dies while moat runs is started again and told again what
+// is still owned: a signal to moat's process group (^C typed at moat's
+// terminal during its start) reaches a new helper in the moment between
+// its fork and its setsid, and killed it (found by the ^C loop under a
+// pty: moat then failed with a broken pipe and exit 125).
 type Reaper struct {
-	mu sync.Mutex
-	w  *os.File
+	mu       sync.Mutex
+	w        *os.File
+	exe      string
+	pid      int      // the current helper's
+	log      []string // records still in force, replayed to a new helper
+	restarts int
+	err      error // why there is no helper, once restarts ran out
 }
+
+// maxRestarts bounds how often a dead helper is replaced.
+const maxRestarts = 5
 
 // Start starts the reaper helper from exe (the moat binary).
 func Start(exe string) (*Reaper, error) {
+	rp := &Reaper{exe: exe}
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	if err := rp.spawn(); err != nil {
+		return nil, err
+	}
+	return rp, nil
+}
+
+// spawn starts a helper and makes it the current one; rp.mu is held.
+func (rp *Reaper) spawn() error {
 	r, w, err := os.Pipe() // both close-on-exec
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer r.Close()
 	cmd := &exec.Cmd{
-		Path:        exe,
+		Path:        rp.exe,
 		Args:        []string{"moat", Helper},
 		Env:         []string{},
 		Dir:         "/",
@@ -85,10 +115,46 @@ func Start(exe string) (*Reaper, error) {
 	}
 	if err := cmd.Start(); err != nil {
 		w.Close()
-		return nil, fmt.Errorf("starting the reaper: %w", err)
+		return fmt.Errorf("starting the reaper: %w", err)
 	}
-	go cmd.Wait() // reaped if moat outlives it
-	return &Reaper{w: w}, nil
+	rp.w, rp.pid = w, cmd.Process.Pid
+	go rp.watch(cmd, w)
+	return nil
+}
+
+// watch waits for a helper; one that ends while it is still the current
+// one (moat has not closed its pipe) is replaced.
+func (rp *Reaper) watch(cmd *exec.Cmd, w *os.File) {
+	cmd.Wait()
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	if rp.w == w {
+		rp.restart()
+	}
+}
+
+// restart replaces the current helper with a new one, told every record
+// still in force; rp.mu is held.
+func (rp *Reaper) restart() error {
+	if rp.w != nil {
+		rp.w.Close()
+		rp.w = nil
+	}
+	if rp.restarts >= maxRestarts {
+		rp.err = fmt.Errorf("reaper: the helper died %d times", rp.restarts+1)
+		return rp.err
+	}
+	rp.restarts++
+	if err := rp.spawn(); err != nil {
+		rp.err = err
+		return err
+	}
+	for _, line := range rp.log {
+		if _, err := io.WriteString(rp.w, line+"\n"); err != nil {
+			return rp.restart()
+		}
+	}
+	return nil
 }
 
 // Own says that path (a whole tree when tree is true, else one empty
@@ -135,10 +201,35 @@ func (rp *Reaper) send(line string) error {
 	rp.mu.Lock()
 	defer rp.mu.Unlock()
 	if rp.w == nil {
+		if rp.err != nil {
+			return rp.err
+		}
 		return errors.New("reaper: closed")
 	}
-	_, err := io.WriteString(rp.w, line+"\n")
-	return err
+	rp.remember(line)
+	if _, err := io.WriteString(rp.w, line+"\n"); err != nil {
+		// The helper is gone and watch has not noticed yet: a new one
+		// is told everything, this record included.
+		return rp.restart()
+	}
+	return nil
+}
+
+// remember keeps the records a new helper must be told: an own record
+// until its done, and wait records.
+func (rp *Reaper) remember(line string) {
+	if path, ok := strings.CutPrefix(line, "done\t"); ok {
+		for i := len(rp.log) - 1; i >= 0; i-- {
+			if f := strings.Split(rp.log[i], "\t"); len(f) == 3 && f[0] == "own" && f[2] == path {
+				rp.log = append(rp.log[:i], rp.log[i+1:]...)
+				return
+			}
+		}
+		return
+	}
+	if len(rp.log) < 2*maxEntries {
+		rp.log = append(rp.log, line)
+	}
 }
 
 type entry struct {
@@ -151,7 +242,10 @@ type entry struct {
 const waitTimeout = 20 * time.Second
 
 // Main reads records until moat is gone, then removes what is owned.
+// Meanwhile it sweeps the cgroups of runs that died with their reaper
+// (startSweep), and waits for that sweep (bounded) before it exits.
 func Main([]string) int {
+	sweepDone := startSweep()
 	f := os.NewFile(3, "reaper")
 	var pidfds []int
 	owned, err := read(f, func(pid int) {
@@ -163,7 +257,9 @@ func Main([]string) int {
 		fmt.Fprintf(os.Stderr, "moat: reaper: %v\n", err)
 	}
 	waitExited(pidfds, waitTimeout)
-	return remove(owned)
+	code := remove(owned)
+	sweepDone(sweepWait)
+	return code
 }
 
 // read collects owned entries until end of file; wait records go to
