@@ -9,9 +9,6 @@ func owner(path string) (uid, gid int, err error) {
 	return 0, 0, errors.New("file owners are not supported on this system")
 }
 
-// searchable is conservative where access(2) does not exist.
-func searchable(dir string) bool { return true }
-
 // CheckWriteOwners cannot check owners here.
 func (p *Policy) CheckWriteOwners(uid, gid int, how string) error {
 	return errors.New("file owners are not supported on this system")

@@ -21,11 +21,6 @@ func owner(path string) (uid, gid int, err error) {
 	return int(sys.Uid), int(sys.Gid), nil
 }
 
-// searchable reports whether this process may look up names in dir.
-func searchable(dir string) bool {
-	return syscall.Access(dir, 1 /* X_OK */) == nil
-}
-
 // CheckWriteOwners refuses, with the fix, a read_write grant that host
 // uid does not own: the workload writes as uid and never as anyone else,
 // root least of all (an idmapped root-owned workspace let a workload make

@@ -449,13 +449,10 @@ func checksOf(rep *measure.Report) []audit.Check {
 	return out
 }
 
-// Env is the workload environment of a process without a terminal: the
-// policy's env plus the broker's variables (broker.WorkloadEnv). Nothing
-// is inherited from moat's environment.
-func (s *Session) Env() []string { return s.env(false) }
-
-// env is Env, plus TERM (the caller's, SessionOptions.Term) for a process
-// that has a terminal, unless the policy's env sets TERM itself.
+// env is the workload environment of a process: the policy's env plus
+// the broker's variables (broker.WorkloadEnv), nothing inherited from
+// moat's environment; and TERM (the caller's, SessionOptions.Term) for a
+// process that has a terminal, unless the policy's env sets TERM itself.
 func (s *Session) env(terminal bool) []string {
 	extra := broker.WorkloadEnv(s.BrokerPort, s.pol)
 	extra = append(extra, toolEnv(s.BrokerPort, s.pol)...)

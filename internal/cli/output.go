@@ -106,10 +106,3 @@ func plain(n *yaml.Node) {
 		plain(c)
 	}
 }
-
-// writeJSON prints v as indented JSON.
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}

@@ -157,9 +157,6 @@ func (t *Target) check(grants Grants) error {
 	})
 }
 
-// Path is the path as given.
-func (t *Target) Path() string { return t.path }
-
 // Write writes info atomically through the pinned directory.
 func (t *Target) Write(info Info) error {
 	b, err := json.MarshalIndent(info, "", "  ")
