@@ -655,7 +655,7 @@ func limitsVerdict(want policy.Limits, got boundary.LimitsStatus) (msg, warn str
 		why = "the backend does not enforce them"
 	}
 	if len(strict) > 0 {
-		return fmt.Sprintf("process.limits %s cannot be enforced here (%s); run where moat can enforce it (as root on cgroup v1), or remove the limit from the policy", strings.Join(strict, ", "), why), ""
+		return fmt.Sprintf("process.limits %s cannot be enforced here (%s); run where moat can enforce it (as root, or rootless in a delegated cgroup v2 subtree: see moat doctor), or remove the limit from the policy", strings.Join(strict, ", "), why), ""
 	}
 	if len(soft) > 0 {
 		return "", fmt.Sprintf("the default %s limit is not enforced here (%s); set process.limits.required: true to refuse such runs", strings.Join(soft, " and "), why)
