@@ -3,7 +3,9 @@ package measure
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -71,7 +73,8 @@ func probeWrite(path, name string) (string, string) {
 	return OutcomeSucceeded, detail
 }
 
-// maxFDScan bounds the fd numbers inheritedFDs looks at.
+// maxFDScan bounds the fd numbers inheritedFDs tries one by one when it
+// cannot list /proc/self/fd.
 const maxFDScan = 4096
 
 // inheritedFDs looks, once and at once, at every fd beyond stdio and
@@ -80,9 +83,23 @@ const maxFDScan = 4096
 // itself (epoll, the cgroup CPU limit files) has it; so an fd without
 // FD_CLOEXEC is one the helper was given: a file, a directory, a socket
 // or a pipe from outside.
+//
+// The open fds are listed from /proc/self/fd, which names every one
+// whatever its number; only without it are the numbers below maxFDScan
+// tried one by one (4,096 fcntl calls, about 3 ms under the sandbox's
+// seccomp filter, on the cold start's path).
 func inheritedFDs() func() (string, string) {
+	fds, listed := openFDs()
+	if !listed {
+		for fd := 3; fd < maxFDScan; fd++ {
+			fds = append(fds, fd)
+		}
+	}
 	var found []string
-	for fd := 3; fd < maxFDScan; fd++ {
+	for _, fd := range fds {
+		if fd < 3 {
+			continue
+		}
 		flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
 		if err != nil || flags&unix.FD_CLOEXEC != 0 {
 			continue // not open, or the process's own
@@ -103,6 +120,33 @@ func inheritedFDs() func() (string, string) {
 		}
 		return OutcomeFailed, "only stdio was inherited"
 	}
+}
+
+// openFDs lists the process's open fds from /proc/self/fd, in ascending
+// order, without the one it reads the directory through. listed is false
+// when the directory could not be read.
+func openFDs() (fds []int, listed bool) {
+	dfd, err := unix.Open("/proc/self/fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, false
+	}
+	d := os.NewFile(uintptr(dfd), "/proc/self/fd")
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil, false
+	}
+	for _, n := range names {
+		fd, err := strconv.Atoi(n)
+		if err != nil || fd < 0 {
+			return nil, false // not the kernel's listing
+		}
+		if fd != dfd {
+			fds = append(fds, fd)
+		}
+	}
+	slices.Sort(fds)
+	return fds, true
 }
 
 func readlinkFD(fd int) (string, error) {

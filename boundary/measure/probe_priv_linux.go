@@ -151,18 +151,24 @@ func selfCommand(path, arg string) *exec.Cmd {
 }
 
 // runChild runs cmd with a time limit and returns its stdout.
-func runChild(cmd *exec.Cmd) ([]byte, error) {
+func runChild(cmd *exec.Cmd) ([]byte, error) { return startChild(cmd)() }
+
+// startChild starts cmd with a time limit; wait returns its stdout once
+// it has exited.
+func startChild(cmd *exec.Cmd) (wait func() ([]byte, error)) {
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return func() ([]byte, error) { return nil, err }
 	}
 	t := time.AfterFunc(childTimeout, func() { cmd.Process.Kill() })
-	defer t.Stop()
-	if err := cmd.Wait(); err != nil {
-		return out.Bytes(), fmt.Errorf("%w (stderr: %q)", err, truncate(errb.String()))
+	return func() ([]byte, error) {
+		defer t.Stop()
+		if err := cmd.Wait(); err != nil {
+			return out.Bytes(), fmt.Errorf("%w (stderr: %q)", err, truncate(errb.String()))
+		}
+		return out.Bytes(), nil
 	}
-	return out.Bytes(), nil
 }
 
 // probeNewUserNS tries to make a user namespace in a child: by unshare
@@ -185,8 +191,16 @@ func probeNewUserNS(viaClone bool) (string, string) {
 	return OutcomeSucceeded, how + " succeeded: a child ran in a new user namespace"
 }
 
-func probeExecSelf() (string, string) {
-	out, err := runChild(selfCommand("/proc/self/exe", argNoop))
+func probeExecSelf() (string, string) { return startExecSelf()() }
+
+// startExecSelf starts the exec control: fork+exec of this binary, which
+// must run and answer.
+func startExecSelf() func() (string, string) {
+	wait := startChild(selfCommand("/proc/self/exe", argNoop))
+	return func() (string, string) { return judgeExecSelf(wait()) }
+}
+
+func judgeExecSelf(out []byte, err error) (string, string) {
 	if err != nil {
 		return OutcomeFailed, "fork+exec of /proc/self/exe: " + err.Error()
 	}
