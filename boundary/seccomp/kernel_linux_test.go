@@ -19,17 +19,19 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/moat-sandbox/moat/internal/reexec"
+	"github.com/moat-sandbox/moat/internal/reexec/reexectest"
 	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // The kernel tests re-run this test binary, one child per case: TestMain
-// sees envCase and runs the case instead of the tests. The child locks its
+// sees caseHelper and runs the case named after it instead of the tests. The child locks its
 // OS thread, runs every probe once without the filter (to show that the
 // action works here, so that a later denial is seccomp's doing), installs
 // the filter with Build and Install, runs the probes again and prints a
 // JSON report. The parent asserts on it.
 const (
-	envCase    = "MOAT_SECCOMP_TEST_CASE"
+	caseHelper = reexec.Prefix + "test-seccomp-case" // argument: the case's name
 	envDir     = "MOAT_SECCOMP_TEST_DIR"
 	envSibling = "MOAT_SECCOMP_TEST_SIBLING"
 
@@ -81,10 +83,13 @@ type childReport struct {
 }
 
 func TestMain(m *testing.M) {
-	if name := os.Getenv(envCase); name != "" {
-		os.Exit(childMain(name))
-	}
-	os.Exit(m.Run())
+	reexectest.Main(m, reexec.Helper{Name: caseHelper, Main: func(args []string) int {
+		if len(args) != 1 {
+			fmt.Fprintln(os.Stderr, "want the case's name")
+			return 3
+		}
+		return childMain(args[0])
+	}})
 }
 
 func result(err error) string {
@@ -246,7 +251,7 @@ func runChild(t *testing.T, exe string, c childCase) childReport {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), childTimeout)
 	defer cancel()
-	env := append(os.Environ(), envCase+"="+c.name, envDir+"="+t.TempDir())
+	env := append(os.Environ(), envDir+"="+t.TempDir())
 	if c.sibling {
 		sleep := exec.Command("sleep", "600")
 		if err := sleep.Start(); err != nil {
@@ -255,7 +260,7 @@ func runChild(t *testing.T, exe string, c childCase) childReport {
 		t.Cleanup(func() { sleep.Process.Kill(); sleep.Wait() })
 		env = append(env, envSibling+"="+strconv.Itoa(sleep.Process.Pid))
 	}
-	cmd := exec.CommandContext(ctx, exe)
+	cmd := exec.CommandContext(ctx, exe, caseHelper, c.name)
 	cmd.Env = env
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -58,8 +58,7 @@ func TestKernelKillsX32(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), childTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, exe)
-	cmd.Env = append(os.Environ(), envCase+"="+caseX32)
+	cmd := exec.CommandContext(ctx, exe, caseHelper, caseX32)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err = cmd.Run()

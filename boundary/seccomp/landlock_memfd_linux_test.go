@@ -121,15 +121,8 @@ func landlockExecMain() int {
 		fmt.Println("setup:", err)
 		return 1
 	}
-	argv := []string{"moat-exec"}
-	// execve does not drop duplicates the way os/exec does, and the first
-	// of two wins in Go's getenv: replace envCase rather than add one.
-	env := []string{envCase + "=" + caseExecOK}
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, envCase+"=") {
-			env = append(env, kv)
-		}
-	}
+	argv := []string{"moat-exec", caseHelper, caseExecOK}
+	env := os.Environ()
 	switch m := os.Getenv(envExecMethod); m {
 	case "file":
 		err = unix.Exec(copyPath, argv, env)
@@ -193,12 +186,12 @@ func TestKernelLandlockMemfdExec(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), childTimeout)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, exe)
+			cmd := exec.CommandContext(ctx, exe, caseHelper, caseLandlockExec)
 			ll := "0"
 			if c.landlock {
 				ll = "1"
 			}
-			cmd.Env = append(os.Environ(), envCase+"="+caseLandlockExec, envDir+"="+dir,
+			cmd.Env = append(os.Environ(), envDir+"="+dir,
 				envExecMethod+"="+c.method, envExecLandlock+"="+ll)
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -303,8 +303,7 @@ var childCases = []childCase{
 				if err != nil {
 					return err
 				}
-				cmd := exec.Command(exe)
-				cmd.Env = append(os.Environ(), envCase+"="+caseInherit)
+				cmd := exec.Command(exe, caseHelper, caseInherit)
 				out, err := cmd.CombinedOutput()
 				if err != nil || string(out) != "ok\n" {
 					return fmt.Errorf("child: %v: %s", err, out)
