@@ -176,6 +176,9 @@ func newRekeyed(t *testing.T) *rekeyed {
 		audit.InferenceRequested{RequestID: "r1", Provider: "anthropic", API: "anthropic-messages", Endpoint: "/v1/messages",
 			Model: "m", BodySHA256: sha(nil), ReservedTokens: 1, Attribution: audit.Attribution{Status: confirmation.AttributionUnavailable, Reason: "test"}},
 		audit.InferenceCompleted{RequestID: "r1", Status: 200, ResponseSHA256: sha(nil)},
+		audit.ToolRequested{CallID: "moatcall_000000000000000000000001", Server: "calc", Tool: "add", ArgumentsSHA256: sha(nil),
+			Attribution: audit.Attribution{Status: confirmation.AttributionUnavailable, Reason: "test"}},
+		audit.ToolCompleted{CallID: "moatcall_000000000000000000000001", ResultSHA256: sha(nil)},
 		audit.RunTerminated{Reason: audit.ReasonCompleted},
 	} {
 		line, err := w.Append(r)

@@ -19,6 +19,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/confirmation"
 	"github.com/moat-sandbox/moat/internal/strictjson"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -121,7 +122,7 @@ func (h *Handler) attribute(r *http.Request) audit.Attribution {
 	if h.cfg.Attribute != nil {
 		return h.cfg.Attribute(r)
 	}
-	return audit.Attribution{Status: "unavailable", Reason: "no attributor configured"}
+	return audit.Attribution{Status: confirmation.AttributionUnavailable, Reason: "no attributor configured"}
 }
 
 // Failed reports the fatal event that stopped all tool calls, or nil.
@@ -337,7 +338,7 @@ func (h *Handler) call(w http.ResponseWriter, r *http.Request, s *server, m *Mes
 		return
 	}
 	att := h.attribute(r)
-	if h.cfg.Policy.Inference.RequireAttribution && att.Status != "resolved" {
+	if h.cfg.Policy.Inference.RequireAttribution && att.Status != confirmation.AttributionResolved {
 		rf := refused(ReasonUnattributed, CodeRefused, "the policy requires every call to be attributed to a process, and this one could not be (%s)", bound(att.Reason))
 		rf.Method, rf.Tool = MethodToolsCall, c.Tool
 		h.refuse(w, r, http.StatusOK, m.ID, id, name, rf)
