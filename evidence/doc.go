@@ -183,4 +183,10 @@
 // chain, the terminal record) instead of calling package audit: the
 // evidence verifier is meant to be a second, independent reading of the
 // format that DESIGN.md specifies, so that one bug does not hide itself.
+// It is unexported, and as strict as audit's: the envelope in its one
+// form, the payload one RFC 8785 canonical object (checked by its own
+// encoder), the header, the record order and the terminal counts, and a
+// key file of exactly one PUBLIC KEY block. It does not check each record
+// type's members; audit does, and observe.go runs both and reports a
+// journal invalid when they disagree.
 package evidence
