@@ -82,10 +82,15 @@ func mcpProbe(arg string) error {
 	return nil
 }
 
-// buildMCPCalc builds examples/mcp-calc, statically, into dir.
+// buildMCPCalc puts examples/mcp-calc into dir: MOAT_MCP_CALC_BIN when
+// set (scripts/test builds it, as it builds moat), else built here.
 func buildMCPCalc(t *testing.T, dir string) string {
 	t.Helper()
 	out := filepath.Join(dir, "mcp-calc")
+	if p := os.Getenv("MOAT_MCP_CALC_BIN"); p != "" {
+		copyFile(t, p, out, 0o755)
+		return out
+	}
 	cmd := exec.Command("go", "build", "-o", out, "github.com/moat-sandbox/moat/examples/mcp-calc")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
