@@ -142,6 +142,8 @@
 // 8785 canonical form of params.arguments, which is exactly the byte
 // string the server receives as that member (arguments_bytes its
 // length). attribution is the calling process, as in inference.requested.
+// A url server receives that exact line, in standard base64, as the
+// call's Moat-Pre-Effect header.
 // One tool.completed or tool.failed with the same call_id follows it:
 // result_sha256 and result_bytes cover the exact JSON bytes of the
 // JSON-RPC result object given to the workload, and is_error is the

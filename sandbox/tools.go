@@ -74,7 +74,7 @@ func startToolServers(ctx context.Context, be boundary.Backend, pol *policy.Poli
 		var t sdk.Transport
 		var err error
 		if e.URL != "" {
-			t = urlTransport(e.URL, cred)
+			t = tools.URLTransport(e.URL, cred)
 		} else {
 			t, err = ts.startCommand(cctx, be, pol, e, cred, runID, stateDir, runDir, rp)
 		}
@@ -188,30 +188,6 @@ func (c *cappedWriter) Write(p []byte) (int, error) {
 		c.left -= n
 	}
 	return len(p), nil
-}
-
-// urlTransport reaches a url server: no proxy from the environment, no
-// redirects, the credential as a bearer token. (The policy admits
-// loopback urls only, until the egress guard exists.)
-func urlTransport(url, cred string) sdk.Transport {
-	tr := &http.Transport{Proxy: nil, ForceAttemptHTTP2: false, MaxIdleConns: 4, IdleConnTimeout: time.Minute}
-	var rt http.RoundTripper = tr
-	if cred != "" {
-		rt = bearer{rt: tr, token: cred}
-	}
-	return &sdk.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true, MaxRetries: -1,
-		HTTPClient: &http.Client{Transport: rt, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
-}
-
-type bearer struct {
-	rt    http.RoundTripper
-	token string
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.rt.RoundTrip(r)
 }
 
 // stop ends every session and terminates every server sandbox (which

@@ -40,6 +40,10 @@
 // guard (Config.Reflects, the inference broker's scanner): one that
 // carries a credential moat holds is withheld and the run is ended.
 //
+// A url server gets each call's tool.requested line, base64, in the
+// Moat-Pre-Effect header (URLTransport), as a provider gets its
+// inference.requested.
+//
 // The official Go SDK (github.com/modelcontextprotocol/go-sdk) is the
 // client towards the servers (Connect), over any of its transports: a
 // command server's stdio, in the sandbox moat builds for it, or a url

@@ -150,11 +150,18 @@ func (h *Handler) fatal(reason string, err error) {
 
 // append writes rec; a failure ends the run.
 func (h *Handler) append(rec audit.Record) bool {
-	if _, err := h.cfg.Journal.Append(rec); err != nil {
+	_, ok := h.appendLine(rec)
+	return ok
+}
+
+// appendLine writes rec and returns its durable line.
+func (h *Handler) appendLine(rec audit.Record) ([]byte, bool) {
+	line, err := h.cfg.Journal.Append(rec)
+	if err != nil {
 		h.fatal(ReasonAuditFailure, err)
-		return false
+		return nil, false
 	}
-	return true
+	return line, true
 }
 
 func newCallID() string {
@@ -351,14 +358,15 @@ func (h *Handler) call(w http.ResponseWriter, r *http.Request, s *server, m *Mes
 		return
 	}
 	sum := sha256.Sum256(c.Arguments)
-	if !h.append(audit.ToolRequested{CallID: id, Server: name, Tool: c.Tool,
-		ArgumentsSHA256: hex.EncodeToString(sum[:]), ArgumentsBytes: int64(len(c.Arguments)), Attribution: att}) {
+	line, ok := h.appendLine(audit.ToolRequested{CallID: id, Server: name, Tool: c.Tool,
+		ArgumentsSHA256: hex.EncodeToString(sum[:]), ArgumentsBytes: int64(len(c.Arguments)), Attribution: att})
+	if !ok {
 		h.replyError(w, m.ID, CodeRefused, ReasonAuditFailure, "moat: the call was not made: its record could not be made durable, and the run is ended")
 		return
 	}
 	h.log.Debug("moat.tools admitted", "call_id", id, "server", name, "tool", c.Tool, "attribution", string(att.Status))
 	timeout := time.Duration(s.entry.Timeout)
-	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	ctx, cancel := context.WithTimeout(context.WithValue(r.Context(), preEffectKey{}, line), timeout)
 	defer cancel()
 	res, err := s.up.CallTool(ctx, c.Tool, c.Arguments)
 	if err != nil {

@@ -92,9 +92,6 @@ type fixture struct {
 // writer, on a loopback httptest server.
 func newFixture(t *testing.T, entry policy.MCPServer) *fixture {
 	t.Helper()
-	pol := policy.Default()
-	pol.Inference.MaxRefusals = 8
-	pol.Tools.MCP = []policy.MCPServer{entry}
 	obs := &observer{}
 	st, ct := sdk.NewInMemoryTransports()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -109,6 +106,16 @@ func newFixture(t *testing.T, entry policy.MCPServer) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { up.Close() })
+	return newFixtureWith(t, entry, up, obs)
+}
+
+// newFixtureWith is newFixture with the server already connected.
+func newFixtureWith(t *testing.T, entry policy.MCPServer, up Upstream, obs *observer) *fixture {
+	t.Helper()
+	pol := policy.Default()
+	pol.Inference.MaxRefusals = 8
+	pol.Tools.MCP = []policy.MCPServer{entry}
+	var err error
 	dir := filepath.Join(t.TempDir(), "run")
 	w, err := audit.Create(dir, "tools-test")
 	if err != nil {

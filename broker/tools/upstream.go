@@ -2,8 +2,11 @@ package tools
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -56,3 +59,40 @@ func (s *Session) CallTool(ctx context.Context, tool string, args []byte) (*sdk.
 
 // Close ends the session (for a command server, closes its stdin).
 func (s *Session) Close() error { return s.cs.Close() }
+
+// PreEffectHeader carries a call's tool.requested line, base64, to a url
+// server, as the inference broker sends inference.requested to a
+// provider: a server holding the run's pinned key can check what it is
+// asked against the signed, durable record.
+const PreEffectHeader = "Moat-Pre-Effect"
+
+type preEffectKey struct{}
+
+// URLTransport reaches a url server over MCP streamable HTTP: no proxy
+// from the environment, no redirects, cred (when set) as a bearer token,
+// and on each tools/call the call's tool.requested line in
+// PreEffectHeader. (The policy admits loopback urls only, until the
+// egress guard exists.)
+func URLTransport(url, cred string) sdk.Transport {
+	tr := &http.Transport{Proxy: nil, MaxIdleConns: 4, IdleConnTimeout: time.Minute}
+	return &sdk.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true, MaxRetries: -1,
+		HTTPClient: &http.Client{Transport: headers{rt: tr, token: cred},
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+// headers adds the bearer token and the pre-effect record.
+type headers struct {
+	rt    http.RoundTripper
+	token string
+}
+
+func (h headers) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	if h.token != "" {
+		r.Header.Set("Authorization", "Bearer "+h.token)
+	}
+	if line, ok := r.Context().Value(preEffectKey{}).([]byte); ok {
+		r.Header.Set(PreEffectHeader, base64.StdEncoding.EncodeToString(line))
+	}
+	return h.rt.RoundTrip(r)
+}
