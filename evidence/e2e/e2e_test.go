@@ -19,6 +19,7 @@ import (
 	"github.com/moat-sandbox/moat/evidence"
 	"github.com/moat-sandbox/moat/evidence/probe"
 	"github.com/moat-sandbox/moat/internal/cli"
+	"github.com/moat-sandbox/moat/internal/reexec"
 	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
@@ -28,7 +29,7 @@ import (
 // re-exec helpers); copied as "moat-probe" it is the probe.
 func TestMain(m *testing.M) {
 	switch {
-	case len(os.Args) > 1 && strings.HasPrefix(os.Args[1], "__moat-"), filepath.Base(os.Args[0]) == "moat":
+	case len(os.Args) > 1 && strings.HasPrefix(os.Args[1], reexec.Prefix), filepath.Base(os.Args[0]) == "moat":
 		os.Exit(cli.Main(os.Args[1:]))
 	case filepath.Base(os.Args[0]) == "moat-probe":
 		os.Exit(probe.Main(os.Args[1:], os.Stdout))
