@@ -102,10 +102,17 @@ func buildMCPCalc(t *testing.T, dir string) string {
 // toolsPolicy writes a policy whose calc server is the example server,
 // logging the calls it receives to logDir (the workload cannot see it).
 func toolsPolicy(e *env, calc, logDir string, extraArgs ...string) string {
+	return toolsPolicyOn(e, "native", calc, logDir, extraArgs...)
+}
+
+// toolsPolicyOn is toolsPolicy for a backend (the server's sandbox is the
+// same backend's).
+func toolsPolicyOn(e *env, backend, calc, logDir string, extraArgs ...string) string {
 	args := []string{calc, "--log", filepath.Join(logDir, "calls.jsonl")}
 	args = append(args, extraArgs...)
 	b, _ := json.Marshal(args)
-	return e.policy(fmt.Sprintf(`tools:
+	return e.policy(fmt.Sprintf(`backend: %s
+tools:
   mcp:
     - name: calc
       command: %s
@@ -117,10 +124,11 @@ func toolsPolicy(e *env, calc, logDir string, extraArgs ...string) string {
       filesystem:
         read_only: [%s]
         read_write: [%s]
-`, b, filepath.Dir(calc), logDir))
+`, backend, b, filepath.Dir(calc), logDir))
 }
 
-// TestToolsMCP: in one run, a real SDK client inside the native sandbox
+// TestToolsMCP: in one run, a real SDK client inside the sandbox (native,
+// and gVisor as root, where the server's sandbox is gVisor's too)
 // calls the example server through the broker: the allowed call returns
 // its result, the unlisted tool is refused and never reaches the server
 // (the server's own log), the server sees its own environment and
@@ -128,12 +136,18 @@ func toolsPolicy(e *env, calc, logDir string, extraArgs ...string) string {
 // workload, a host-file probe from the workload is denied, and the
 // journal holds tool.requested before tool.completed and verifies.
 func TestToolsMCP(t *testing.T) {
+	t.Setenv("MOAT_E2E_CALC_TOKEN", "calc-token-e2e-0123456789abcdef")
+	t.Setenv("MOAT_E2E_CANARY", "canary-e2e-fedcba9876543210")
+	for _, backend := range ttyBackends(t) { // native, and gVisor as root
+		t.Run(backend, func(t *testing.T) { testToolsMCP(t, backend) })
+	}
+}
+
+func testToolsMCP(t *testing.T, backend string) {
 	e := newEnv(t)
 	calc := buildMCPCalc(t, e.binDir)
 	logDir := e.newWorkspace("mcplog")
-	t.Setenv("MOAT_E2E_CALC_TOKEN", "calc-token-e2e-0123456789abcdef")
-	t.Setenv("MOAT_E2E_CANARY", "canary-e2e-fedcba9876543210")
-	pol := toolsPolicy(e, calc, logDir)
+	pol := toolsPolicyOn(e, backend, calc, logDir)
 	r := e.helper(pol, "mcp=config", "mcp=list", "mcp=add", "mcp=mul", "mcp=env:MOAT_E2E_CANARY", "mcp=env:MOAT_E2E_CALC_TOKEN", "mcp=env:LANG", "read=/etc/shadow")
 	if r.code != 0 {
 		t.Fatalf("run: %s", r)
