@@ -13,6 +13,7 @@ import (
 
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/confirmation"
+	"github.com/moat-sandbox/moat/internal/strictjson"
 )
 
 func sampleJournal(t *testing.T) *fakeJournal {
@@ -330,4 +331,46 @@ func FuzzParsePublicKeyPEM(f *testing.F) {
 			t.Fatalf("accepted a %d-byte key", len(k))
 		}
 	})
+}
+
+// FuzzDecodePayload: what the evidence reading accepts as a payload is
+// one JSON object that the module's RFC 8785 encoder (strictjson, which
+// package audit uses) leaves unchanged, so the two canonical encoders
+// never disagree in the evidence reading's favour.
+func FuzzDecodePayload(f *testing.F) {
+	f.Add([]byte(`{"a":1,"b":[true,null,"x\n\u001f"],"c":{"d":-5}}`))
+	f.Add([]byte(`{"b":1,"a":2}`))
+	f.Add([]byte(`{"a":1,"a":1}`))
+	f.Add([]byte(`{"a":"\u00e9"}`))
+	f.Add([]byte(`{"\u20ac":1,"😀":2}`))
+	f.Add([]byte(`{"a":1.5}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := decodePayload(b)
+		if err != nil {
+			return
+		}
+		if m == nil {
+			t.Fatal("accepted without an object")
+		}
+		canon, err := strictjson.Canonicalize(b)
+		if err != nil || !bytes.Equal(canon, b) {
+			t.Fatalf("accepted %q, which strictjson canonicalizes to %q (%v)", b, canon, err)
+		}
+	})
+}
+
+// Members sort by UTF-16 code units (RFC 8785 3.2.3), not by UTF-8 bytes:
+// U+1F600 (surrogates D83D DE00) comes before U+FF01, though its UTF-8
+// sorts after. The reverse order is refused; audit's encoder agrees.
+func TestDecodePayloadOrder(t *testing.T) {
+	good, bad := []byte(`{"😀":1,"！":2}`), []byte(`{"！":2,"😀":1}`)
+	if _, err := decodePayload(good); err != nil {
+		t.Fatalf("UTF-16 order: %v", err)
+	}
+	if _, err := decodePayload(bad); err == nil {
+		t.Fatal("UTF-8 byte order accepted")
+	}
+	if c, err := strictjson.Canonicalize(bad); err != nil || !bytes.Equal(c, good) {
+		t.Fatalf("strictjson: %s, %v; want %s", c, err, good)
+	}
 }
