@@ -187,7 +187,8 @@
 //	terminated     a `moat sandbox` supervisor got SIGTERM, SIGINT or
 //	               SIGHUP (0)
 //
-// The verifier checks the record's form and counts, not which reason it
+// These are the TerminalReason constants (ReasonCompleted, …). The
+// verifier checks the record's form and counts, not which reason it
 // names.
 //
 // # Verification
@@ -244,4 +245,15 @@
 // by internal/strictjson (jsontext), which refuses duplicate members and
 // invalid UTF-8. No DSSE library is used: the whole signing path is PAE plus
 // crypto/ed25519, a few lines that are easier to audit than a dependency.
+//
+// # Dependencies
+//
+// The format and its verifier are a leaf, as x/mod's note is: this package
+// imports the standard library, internal/strictjson (and the jsontext it
+// wraps) and package confirmation, nothing else. The measured properties,
+// checks, limits status and attribution that boundary.confirmed and the
+// inference records carry are confirmation's types (Check and Attribution
+// are aliases here), shared with the backend contract (package boundary)
+// without this package linking that contract, the policy or YAML; the
+// dependency test at the module root (deps_test.go) fails if it does.
 package audit
