@@ -88,6 +88,8 @@ type Relay struct {
 	saved  []saved
 
 	onSignal atomic.Pointer[func(os.Signal)]
+	sigMu    sync.Mutex
+	pending  []os.Signal // typed before SetOnSignal, with no foreground group
 
 	stopping  atomic.Bool
 	stopR     *os.File // closed/written by Stop to end the stdin pump
@@ -286,17 +288,25 @@ func (r *Relay) sendEOF(last byte) {
 // types the pty's interrupt or quit character and the pty is no process's
 // controlling terminal (a backend that cannot make it one); with a
 // controlling terminal the pty's line discipline signals the workload
-// itself.
-func (r *Relay) SetOnSignal(f func(os.Signal)) { r.onSignal.Store(&f) }
+// itself. One typed before SetOnSignal while the pty had no foreground
+// process group (the workload not started yet: the line discipline would
+// drop it) is kept and given to f here (found by the ^C loop under a pty:
+// a ^C typed just after the terminal went raw was lost, and the run went
+// on).
+func (r *Relay) SetOnSignal(f func(os.Signal)) {
+	r.sigMu.Lock()
+	r.onSignal.Store(&f)
+	pending := r.pending
+	r.pending = nil
+	r.sigMu.Unlock()
+	for _, sig := range pending {
+		f(sig)
+	}
+}
 
 // interrupts delivers ^C/^\ through the OnSignal function when the pty has no
 // foreground process group to deliver them to.
 func (r *Relay) interrupts(b []byte) {
-	fp := r.onSignal.Load()
-	if fp == nil {
-		return
-	}
-	onSignal := *fp
 	t, err := r.termios()
 	if err != nil || t.Lflag&unix.ISIG == 0 {
 		return
@@ -306,13 +316,30 @@ func (r *Relay) interrupts(b []byte) {
 	if err != nil || pg != 0 {
 		return // the line discipline signals the foreground group
 	}
+	var sigs []os.Signal
 	for _, c := range b {
 		switch {
 		case c == t.Cc[unix.VINTR] && c != 0:
-			onSignal(syscall.SIGINT)
+			sigs = append(sigs, syscall.SIGINT)
 		case c == t.Cc[unix.VQUIT] && c != 0:
-			onSignal(syscall.SIGQUIT)
+			sigs = append(sigs, syscall.SIGQUIT)
 		}
+	}
+	if len(sigs) == 0 {
+		return
+	}
+	r.sigMu.Lock()
+	fp := r.onSignal.Load()
+	if fp == nil {
+		if len(r.pending) < 8 {
+			r.pending = append(r.pending, sigs...)
+		}
+		r.sigMu.Unlock()
+		return
+	}
+	r.sigMu.Unlock()
+	for _, sig := range sigs {
+		(*fp)(sig)
 	}
 }
 

@@ -241,3 +241,44 @@ func TestRelayFromPipe(t *testing.T) {
 		t.Errorf("input from a pipe was echoed: %q", out)
 	}
 }
+
+// TestRelayKeepsEarlyInterrupt: ^C typed while the pty has no foreground
+// process group and before SetOnSignal (the workload not started yet) is
+// given to the function SetOnSignal sets, once; with nothing typed, it
+// gets nothing (the control).
+func TestRelayKeepsEarlyInterrupt(t *testing.T) {
+	for _, typed := range []bool{true, false} {
+		emu, tty := callerTTY(t)
+		r, err := Start(tty, tty)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if typed {
+			emu.Write([]byte{3})
+		}
+		emu.Write([]byte("x\r"))
+		// The relay has read what was typed once the line reaches the pty.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var n int
+			n, _ = unix.IoctlGetInt(int(r.Slave().Fd()), unix.TIOCINQ)
+			if n > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("typed input did not reach the pty")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		var got []os.Signal
+		r.SetOnSignal(func(s os.Signal) { got = append(got, s) })
+		r.Stop()
+		want := 0
+		if typed {
+			want = 1
+		}
+		if len(got) != want || want == 1 && got[0] != syscall.SIGINT {
+			t.Errorf("typed ^C %v: got %v, want %d SIGINT", typed, got, want)
+		}
+	}
+}
