@@ -103,7 +103,8 @@ type Session struct {
 	fatal    chan Fatal
 
 	// binary delivers the moat binary's sha256 for run.started: it is
-	// hashed while the sandbox is prepared (about 10 ms for 16 MB).
+	// hashed while the sandbox is prepared and measured (about 10 ms for
+	// 16 MB; the measurement waits for the same hash, see exehash).
 	binary    <-chan binaryHash
 	startMu   sync.Mutex
 	binaryRes *binaryHash // what binary delivered
@@ -304,9 +305,10 @@ func hashBinary() <-chan binaryHash {
 
 // startRecord appends run.started, the journal's first line, once the
 // binary's hash is known; later calls do nothing. Every other record is
-// appended after it: open appends it once the backend has prepared the
-// sandbox, before the measurement, and the refusal and terminal records
-// of an earlier failure call it first.
+// appended after it: open appends it once the sandbox is measured, just
+// before boundary.confirmed (so that the hash runs alongside the
+// preparation and the measurement), and the refusal and terminal records
+// of a run that ends earlier call it first.
 func (s *Session) startRecord() error {
 	s.startMu.Lock()
 	defer s.startMu.Unlock()
@@ -359,9 +361,6 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[strin
 		return &RefusedError{Msg: msg}
 	}
 	s.sb = sb
-	if err := s.startRecord(); err != nil {
-		return err
-	}
 	if msg, warn := limitsVerdict(pol.Process.Limits, sb.Limits()); msg != "" {
 		s.confirmFailed(boundary.Properties{}, msg)
 		return &RefusedError{Msg: msg}
@@ -398,6 +397,9 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[strin
 		return &RefusedError{Msg: err.Error() + " (the workload was not started)"}
 	}
 	limits := sb.Limits()
+	if err := s.startRecord(); err != nil {
+		return err
+	}
 	if _, err := s.w.Append(audit.BoundaryConfirmed{Ready: true, Properties: props, Checks: s.checks, Limits: &limits}); err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}

@@ -73,10 +73,6 @@ func Confirm(ctx context.Context, sb boundary.Sandbox, cfg Config) (boundary.Pro
 	if err := cfg.validate(li.Port); err != nil {
 		return props, nil, err
 	}
-	moatSum, err := selfSHA256()
-	if err != nil {
-		return props, nil, fmt.Errorf("measure: hashing moat's own binary: %w", err)
-	}
 	nonce := make([]byte, 16)
 	rand.Read(nonce)
 	// The sandbox's /tmp is writable by design; a sentinel in the host's
@@ -128,6 +124,13 @@ func Confirm(ctx context.Context, sb boundary.Sandbox, cfg Config) (boundary.Pro
 	stdinW.Close()
 	code, finished, waitErr := waitHelper(ctx, run)
 	conns := obs.stop()
+	// moat's own sum is taken only now: its caller may be hashing the
+	// same binary while the helper runs (moat run does, for run.started),
+	// and exehash then shares that one hash instead of reading it again.
+	moatSum, err := selfSHA256()
+	if err != nil {
+		return props, nil, fmt.Errorf("measure: hashing moat's own binary: %w", err)
+	}
 
 	rep := &Report{}
 	results, repErr := decodeReport(stdout.Bytes(), pl)

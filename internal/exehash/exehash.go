@@ -21,7 +21,8 @@
 //
 // Every lookup still opens and fstats the file in question: nothing is
 // answered for a path or a pid, only for the version of the file that is
-// open now.
+// open now. A caller that asks for a settled version while another is
+// hashing it waits for that hash instead of reading the file again.
 package exehash
 
 import (
@@ -55,9 +56,20 @@ var (
 	cache = map[Key]string{}
 	// now is the clock that Settle is measured against (tests move it).
 	now = time.Now
-	// hashes counts the files read and hashed (for tests).
-	hashes int
+	// inflight are the settled versions being hashed now.
+	inflight = map[Key]*call{}
+	// hashes counts the files read and hashed, waiting the callers that
+	// wait for another's hash; testHashing runs before each read (tests).
+	hashes, waiting int
+	testHashing     func()
 )
+
+// call is one hash in progress; done is closed when sum and err are set.
+type call struct {
+	done chan struct{}
+	sum  string
+	err  error
+}
 
 // ErrChanged is returned when the file changed while it was hashed.
 var ErrChanged = errors.New("the file changed while it was hashed")
@@ -75,15 +87,51 @@ func Sum(f *os.File, max int64) (string, error) {
 	if key.Size > max {
 		return "", fmt.Errorf("the file is %d bytes, more than the %d this hashes", key.Size, max)
 	}
+	began := now()
+	settled := key.Ino != 0 && time.Unix(0, key.Ctime).Add(Settle).Before(began)
 	mu.Lock()
 	sum, ok := cache[key]
 	if key.Ino != 0 && ok {
 		mu.Unlock()
 		return sum, nil
 	}
+	if c := inflight[key]; c != nil && settled {
+		waiting++
+		mu.Unlock()
+		<-c.done
+		return c.sum, c.err
+	}
+	var c *call
+	if settled {
+		c = &call{done: make(chan struct{})}
+		inflight[key] = c
+	}
 	hashes++
+	hook := testHashing
 	mu.Unlock()
-	began := now()
+	if hook != nil {
+		hook()
+	}
+	sum, err = hashOpen(f, key, max)
+	mu.Lock()
+	if c != nil {
+		c.sum, c.err = sum, err
+		delete(inflight, key)
+		close(c.done)
+	}
+	if err == nil && settled {
+		if len(cache) >= maxEntries {
+			clear(cache)
+		}
+		cache[key] = sum
+	}
+	mu.Unlock()
+	return sum, err
+}
+
+// hashOpen hashes f, whose version is key, and checks that it is still
+// that version afterwards.
+func hashOpen(f *os.File, key Key, max int64) (string, error) {
 	h := sha256.New()
 	n, err := io.Copy(h, io.LimitReader(f, max+1))
 	if err != nil {
@@ -96,16 +144,7 @@ func Sum(f *os.File, max int64) (string, error) {
 	if n != key.Size || after != key {
 		return "", fmt.Errorf("%w (%d bytes read, %d expected)", ErrChanged, n, key.Size)
 	}
-	sum = hex.EncodeToString(h.Sum(nil))
-	if key.Ino != 0 && time.Unix(0, key.Ctime).Add(Settle).Before(began) {
-		mu.Lock()
-		if len(cache) >= maxEntries {
-			clear(cache)
-		}
-		cache[key] = sum
-		mu.Unlock()
-	}
-	return sum, nil
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // File opens path and returns Sum of it.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 )
@@ -114,5 +115,58 @@ func TestRefusals(t *testing.T) {
 	}
 	if _, err := File(filepath.Join(dir, "missing"), 1<<20); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+// Callers that ask for a settled version while it is being hashed wait for
+// that hash: the file is read once however many ask at once. The first
+// hash is held until the other seven wait (or 5 s pass, when nothing
+// shares it and they all read the file: then the count fails the test).
+func TestConcurrentCallersShareOneHash(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("versions are remembered on Linux only")
+	}
+	settled(t)
+	p := filepath.Join(t.TempDir(), "f")
+	b := make([]byte, 1<<20)
+	write(t, p, b)
+	var once sync.Once
+	mu.Lock()
+	testHashing = func() {
+		once.Do(func() {
+			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+				mu.Lock()
+				w := waiting
+				mu.Unlock()
+				if w >= 7 {
+					return
+				}
+			}
+		})
+	}
+	waiting = 0
+	mu.Unlock()
+	t.Cleanup(func() { mu.Lock(); testHashing = nil; mu.Unlock() })
+	n := hashCount()
+	var wg sync.WaitGroup
+	sums := make([]string, 8)
+	for i := range sums {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			if sums[i], err = File(p, 1<<30); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	for i, s := range sums {
+		if s != sumOf(b) {
+			t.Errorf("caller %d: %q, want %q", i, s, sumOf(b))
+		}
+	}
+	if d := hashCount() - n; d != 1 {
+		t.Errorf("8 callers at once read the file %d times, want 1", d)
 	}
 }
