@@ -439,16 +439,13 @@ func (s *Session) confirmFailed(props boundary.Properties, why string) {
 	s.w.Append(audit.BoundaryConfirmed{Ready: false, Properties: props, Reason: why, Checks: s.checks})
 }
 
-// checksOf turns the measurement's report into journal checks.
+// checksOf is the measurement's checks, which the journal records as
+// they are (measure.Check and audit.Check are confirmation.Check).
 func checksOf(rep *measure.Report) []audit.Check {
 	if rep == nil {
 		return nil
 	}
-	out := make([]audit.Check, 0, len(rep.Checks))
-	for _, c := range rep.Checks {
-		out = append(out, audit.Check{Property: c.Property, Name: c.Name, Kind: c.Kind, OK: c.OK, Outcome: c.Outcome, Detail: c.Detail})
-	}
-	return out
+	return rep.Checks
 }
 
 // env is the workload environment of a process: the policy's env plus
