@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/confirmation"
 	"github.com/moat-sandbox/moat/evidence/probe"
 )
 
@@ -109,7 +110,7 @@ func writeFakeCase(t *testing.T, dir string, c Case) {
 		id := "req-" + l
 		line := app(audit.InferenceRequested{RequestID: id, Provider: "anthropic", API: "anthropic-messages", Endpoint: "/v1/messages",
 			Model: ModelAnthropic, BodySHA256: sha(body), ReservedTokens: 64,
-			Attribution: audit.Attribution{Status: "unavailable", Reason: "test"}})
+			Attribution: audit.Attribution{Status: confirmation.AttributionUnavailable, Reason: "test"}})
 		app(audit.InferenceCompleted{RequestID: id, Status: 200, ResponseSHA256: sha(nil)})
 		ev := ProviderEvent{N: n, Time: time.Now().UTC().Format(time.RFC3339Nano), Method: "POST", Path: "/v1/messages",
 			Headers: map[string]string{"moat-pre-effect": base64.StdEncoding.EncodeToString([]byte(line)), "x-api-key": RedactedCredential},
@@ -125,9 +126,9 @@ func writeFakeCase(t *testing.T, dir string, c Case) {
 		host.ExitCode, host.FaultInjected = 125, true
 	case c.Cancel:
 		host.ExitCode = 125
-		app(audit.RunTerminated{Reason: "cancelled", ExitCode: 125})
+		app(audit.RunTerminated{Reason: audit.ReasonCancelled, ExitCode: 125})
 	default:
-		app(audit.RunTerminated{Reason: "completed", ExitCode: 0})
+		app(audit.RunTerminated{Reason: audit.ReasonCompleted, ExitCode: 0})
 	}
 	later := fakeHostCase(c, &host)
 	w.Close()
