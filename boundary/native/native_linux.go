@@ -215,6 +215,11 @@ func (sb *sandbox) startInit(ctx context.Context, cfg *initConfig, hostUID, host
 			// setgroups is denied in the namespace.
 			Credential: &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true},
 			Pdeathsig:  syscall.SIGKILL,
+			// A process group of its own: the ^C typed at moat's terminal
+			// while it is not yet raw signals moat's group, and killed the
+			// init (the run then failed with 125; found by the ^C loop).
+			// moat forwards signals to the workload itself.
+			Setpgid: true,
 		},
 	}
 	// startOwned changes the forking thread's ids: StartLocked's thread
