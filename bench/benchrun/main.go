@@ -19,6 +19,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/moat-sandbox/moat/internal/exehash"
 )
 
 var (
@@ -37,7 +39,9 @@ type row struct {
 // or memory goes and what would close the gap. Keyed by the start of the
 // row's label.
 var why = []struct{ prefix, text string }{
-	{"cold start: moat run (native)", "moat run does what bwrap does and more before the workload starts: it loads the policy and walks every grant for Unix sockets (about 0.3 s for /usr's ~150,000 entries on this machine), opens and fsyncs the signed journal, starts the sandbox's init and a second process inside it that measures all four properties by attempting each violation next to its positive control, and starts the broker. bwrap does none of that. What would close it: cache the socket walk of root-owned, read-only grants (keyed by directory inode and mtime), and measure once per sandbox: `moat sandbox create` pays the confirmation once, and each `moat sandbox exec` after it costs the warm-start figure above."},
+	{"cold start: moat run (native)", "moat run does what bwrap does and then proves it: before /bin/true runs it creates the signed journal (an Ed25519 key, about 1 ms with its fsyncs), hashes its own 16 MB binary for run.started (10 ms of one core, now alongside everything else and once instead of three times), starts the reaper, the sandbox's init and, inside the sandbox, a stage and the measurement helper that attempts each violation next to its allowed action (about 7 ms: two Go start-ups, the probes, the host's attribution of the helper's broker connection), then a second stage for the workload, with five fsynced journal records and the cgroups removed at the end. As root on cgroup v1 the first move of the init into its memory cgroup waits for an RCU grace period (10 to 30 ms, now while the init builds its root). bwrap does none of that: one fork, namespaces, mounts, exec. The bench/README profile has the split. What would close it: a binary digest the kernel keeps instead of hashing 16 MB per run (fs-verity: FS_IOC_MEASURE_VERITY returns the Merkle root of an immutable file in microseconds); a stage that is not a Go program (the six Go start-ups of a run cost 1 to 2 ms each, mostly page faults and package initialisation); on cgroup v2, cloning the init straight into its cgroup (clone3 CLONE_INTO_CGROUP, SysProcAttr.UseCgroupFD), which needs no migration; and measuring once per sandbox: moat sandbox create pays the confirmation once, each moat sandbox exec after it costs the warm-start figure."},
+	{"warm start: moat sandbox exec", "Each exec starts moat's client (a Go start-up, 1 ms), asks the supervisor over its Unix socket, which has the init fork a stage (a second Go start-up that applies Landlock, seccomp and the limits before it execs the command), journals process.started and process.exited with an fsync each, and answers. bwrap forks and execs once. What would close it: a stage that is not a Go program (or the init applying the confinement in the forked child before exec, which Go cannot do), and group-committing the two journal records."},
+	{"cold start: moat run --backend gvisor", "On top of runsc's own boot of the sentry (what runsc do costs), moat creates and starts a container with its gofer-served grants, measures it from inside with runsc exec (the stage and the helper, each a runsc exec of about 20 to 40 ms), starts the workload with another runsc exec, and at the end kills and deletes the container and removes its cgroups. What would close it: fewer runsc exec round trips (the helper and the workload's stage in one exec), and a faster runsc delete."},
 	{"broker overhead", "A request leaves only after its pre-effect record is durable (the one fsync the target allows), and its answer is released only after the completion record is durable too: a second fsync the target does not allow. On top of them come strict parsing, the field allowlist and canonical re-encoding of the body (about 0.25 ms for this body, ~2,000 allocations), two Ed25519 signatures and the response scan for the credential. What would close it: fewer allocations in admission (a streaming canonicalizer instead of a decoded tree), and releasing a non-streamed answer while its completion record syncs (as the streaming path already does), with the run failing if that sync fails."},
 	{"streaming TTFB", "The first byte cannot come before the pre-effect record is durable: one fsync plus admission and signing is the floor of the streaming path."},
 	{"throughput, 32", "Each brokered request costs about 1 ms of CPU (admission, two signatures, the scan) and the machine has 2 cores shared by the client, the broker and the fake provider; group commit shares the fsyncs, but not that CPU. What would close it: the same admission work as for latency, which is most of the CPU per request."},
@@ -60,7 +64,7 @@ func main() {
 	os.WriteFile(pol, []byte(fmt.Sprintf("version: 1\nfilesystem:\n  read_only: [/usr, /bin, /lib, /lib64]\n  read_write: [%s]\naudit:\n  dir: %s\n", ws, filepath.Join(*work, "audit"))), 0o644)
 
 	coldStart(pol, ws)
-	warmExec(pol)
+	warmExec(pol, ws)
 	brokerBench()
 	scale()
 
@@ -78,9 +82,9 @@ func run(name string, args ...string) (string, error) {
 // hyperfine runs the commands and returns their medians in seconds.
 func hyperfine(cmds ...string) ([]float64, error) {
 	js := filepath.Join(*work, "hf.json")
-	runs := "15"
+	runs := "50" // issue 15: ≥ 50 runs, medians, moat and its peer in one invocation
 	if quick {
-		runs = "5"
+		runs = "10"
 	}
 	args := append([]string{"--warmup", "2", "--runs", runs, "-N", "--export-json", js}, cmds...)
 	if out, err := run("hyperfine", args...); err != nil {
@@ -107,13 +111,36 @@ func hyperfine(cmds ...string) ([]float64, error) {
 
 func ms(s float64) string { return fmt.Sprintf("%.1f ms", s*1000) }
 
+// bwrapCmd is the peer of both native rows: bwrap with the namespaces and
+// binds that moat's sandbox has, running /bin/true.
+func bwrapCmd(ws string) string {
+	return fmt.Sprintf("bwrap --unshare-all --die-with-parent --new-session --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib --symlink usr/lib64 /lib64 --bind %s %s --proc /proc --dev /dev --tmpfs /tmp --cap-drop ALL --uid 1000 --gid 1000 /bin/true", ws, ws)
+}
+
+// settle waits until the moat binary last changed longer ago than
+// internal/exehash remembers a version after: an installed moat is older,
+// and one just built by bench/run would otherwise be hashed three times
+// in its first runs instead of once.
+func settle() {
+	fi, err := os.Stat(*moat)
+	if err != nil {
+		return
+	}
+	// The build sets mtime and ctime together; half a second covers a
+	// chmod after it.
+	if d := time.Until(fi.ModTime().Add(exehash.Settle + 500*time.Millisecond)); d > 0 {
+		time.Sleep(d)
+	}
+}
+
 func coldStart(pol, ws string) {
-	bwrap := fmt.Sprintf("bwrap --unshare-all --die-with-parent --new-session --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib --symlink usr/lib64 /lib64 --bind %s %s --proc /proc --dev /dev --tmpfs /tmp --cap-drop ALL --uid 1000 --gid 1000 /bin/true", ws, ws)
-	m, err := hyperfine(*moat+" run --policy "+pol+" -- /bin/true", bwrap)
+	settle()
+	m, err := hyperfine(*moat+" run --policy "+pol+" -- /bin/true", bwrapCmd(ws))
 	if err != nil {
 		notes = append(notes, "cold start (native): "+err.Error())
 	} else {
-		add("cold start: moat run (native) vs bwrap", ms(m[0]), ms(m[1]), m[0]/m[1], "≤ 2×", m[0]/m[1] <= 2)
+		r := m[0] / m[1]
+		add("cold start: moat run (native) vs bwrap", ms(m[0]), ms(m[1]), r, "≤ 3× (stretch ≤ 1.5×)", r <= 3)
 	}
 	if os.Geteuid() != 0 {
 		notes = append(notes, "cold start (gVisor): skipped, the gvisor backend needs root here")
@@ -124,7 +151,7 @@ func coldStart(pol, ws string) {
 		notes = append(notes, "cold start (gVisor): "+err.Error())
 		return
 	}
-	add("cold start: moat run --backend gvisor vs runsc do", ms(m[0]), ms(m[1]), m[0]/m[1], "(no target)", true)
+	add("cold start: moat run --backend gvisor vs runsc do", ms(m[0]), ms(m[1]), m[0]/m[1], "≤ 2×", m[0]/m[1] <= 2)
 }
 
 func add(what, a, b string, ratio float64, target string, ok bool) {
@@ -183,9 +210,13 @@ func brokerBench() {
 			if f == 0 {
 				f = fsync["ns/op"]
 			}
-			// The target: the fsync plus 0.25 ms. (A non-streamed request
-			// makes two durable appends, requested and completed; see why.)
-			target := f/1e6 + 0.25
+			// The targets (issue 15): p50 within the fsync p50 + 0.25 ms,
+			// p99 within the fsync p99 + 0.5 ms.
+			slack := 0.25
+			if q == "p99-ns" {
+				slack = 0.5
+			}
+			target := f/1e6 + slack
 			add(fmt.Sprintf("broker overhead %s (vs direct; fsync %s %.2f ms)", strings.TrimSuffix(q, "-ns"), strings.TrimSuffix(q, "-ns"), f/1e6),
 				fmt.Sprintf("%.2f ms (overhead %.2f ms)", b/1e6, over), fmt.Sprintf("%.2f ms", d/1e6), b/d,
 				fmt.Sprintf("overhead ≤ %.2f ms", target), over <= target)
@@ -207,7 +238,7 @@ func brokerBench() {
 		}
 		target, ok := "(no target)", true
 		if c == 32 {
-			target, ok = "≥ 0.8×", bk["req/s"]/rp["req/s"] >= 0.8
+			target, ok = "≥ 0.6×", bk["req/s"]/rp["req/s"] >= 0.6
 		}
 		add(fmt.Sprintf("throughput, %d connections, vs httputil.ReverseProxy", c), fmt.Sprintf("%.0f req/s", bk["req/s"]), fmt.Sprintf("%.0f req/s", rp["req/s"]),
 			bk["req/s"]/rp["req/s"], target, ok)
@@ -216,7 +247,7 @@ func brokerBench() {
 
 // warmExec times `moat sandbox exec` in a sandbox created (and confirmed)
 // beforehand: what an agent harness pays per command.
-func warmExec(pol string) {
+func warmExec(pol, ws string) {
 	state := filepath.Join(*work, "state-warm")
 	os.Setenv("MOAT_STATE_DIR", state)
 	defer os.Unsetenv("MOAT_STATE_DIR")
@@ -225,13 +256,13 @@ func warmExec(pol string) {
 		return
 	}
 	defer run(*moat, "sandbox", "delete", "warm")
-	bwrap := "bwrap --unshare-all --die-with-parent --new-session --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib --symlink usr/lib64 /lib64 --proc /proc --dev /dev --tmpfs /tmp --cap-drop ALL --uid 1000 --gid 1000 /bin/true"
-	m, err := hyperfine(*moat+" sandbox exec warm -- /bin/true", bwrap)
+	m, err := hyperfine(*moat+" sandbox exec warm -- /bin/true", bwrapCmd(ws))
 	if err != nil {
 		notes = append(notes, "warm exec: "+err.Error())
 		return
 	}
-	add("warm start: moat sandbox exec (confirmed sandbox) vs bwrap", ms(m[0]), ms(m[1]), m[0]/m[1], "(no target)", true)
+	r := m[0] / m[1]
+	add("warm start: moat sandbox exec (confirmed sandbox) vs bwrap", ms(m[0]), ms(m[1]), r, "≤ 1.5× (stretch < 1×)", r <= 1.5)
 }
 
 // scale creates n sandboxes at once and reports the time until all are
