@@ -28,6 +28,7 @@ func BenchmarkAppend(b *testing.B) {
 	w := benchWriter(b)
 	r := benchRecord()
 	b.ResetTimer()
+	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := w.Append(r); err != nil {
 			b.Fatal(err)
@@ -67,6 +68,7 @@ func BenchmarkAppendNoSync(b *testing.B) {
 	w.skipSync = true
 	r := benchRecord()
 	b.ResetTimer()
+	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := w.Append(r); err != nil {
 			b.Fatal(err)
@@ -82,6 +84,7 @@ func BenchmarkSign(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.SetBytes(int64(len(payload)))
+	b.ReportAllocs()
 	for b.Loop() {
 		ed25519.Sign(w.priv, PAE(PayloadType, payload))
 	}
@@ -92,6 +95,7 @@ func BenchmarkVerifyLine(b *testing.B) {
 	j := buildJournal(b)
 	line := j.lines[3]
 	b.SetBytes(int64(len(line)))
+	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := VerifyLine(line, j.pub); err != nil {
 			b.Fatal(err)

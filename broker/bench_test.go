@@ -25,6 +25,11 @@ import (
 // measured in the same run on the same file system (t.TempDir). Run with
 //
 //	go test -run '^$' -bench . -benchtime 2s ./broker/
+//
+// The parts on their own, with allocation counts: BenchmarkAdmit and
+// BenchmarkCanonicalize (broker/wire), BenchmarkSign, BenchmarkAppend and
+// BenchmarkAppendAsync (audit), BenchmarkJournalAppend and
+// BenchmarkScanner (here). bench/README.md says how to profile the path.
 
 const benchAllowance = 1 << 30
 
@@ -65,6 +70,7 @@ func BenchmarkLatency(b *testing.B) {
 		{"broker", "http://" + h.addr + "/v1/messages"},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
 			c := benchClient()
 			var d []time.Duration
 			for b.Loop() {
@@ -115,8 +121,27 @@ func BenchmarkJournalAppend(b *testing.B) {
 	rec := audit.InferenceRequested{RequestID: newRequestID(), Provider: "anthropic", API: "anthropic-messages",
 		Endpoint: "/v1/messages", Model: "claude-test", BodySHA256: strings.Repeat("ab", 32), ReservedTokens: 16,
 		Attribution: audit.Attribution{Status: "unavailable", Reason: "bench"}}
+	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := j.w.Append(rec); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkJournalAppendAsync: the completion record's path: written in
+// place, then synced (the sync is what the answer no longer waits for).
+func BenchmarkJournalAppendAsync(b *testing.B) {
+	j := newTestJournal(b)
+	rec := audit.InferenceCompleted{RequestID: newRequestID(), Status: 200, ResponseSHA256: strings.Repeat("ab", 32),
+		ResponseBytes: 512, Usage: audit.Usage{InputTokens: 3, OutputTokens: 5}}
+	b.ReportAllocs()
+	for b.Loop() {
+		_, wait, err := j.w.AppendAsync(rec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := wait(); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -136,6 +161,7 @@ func BenchmarkThroughput(b *testing.B) {
 			{"reverseproxy", rp.URL + "/v1/messages"},
 		} {
 			b.Run(fmt.Sprintf("%s/conns=%d", tc.name, conns), func(b *testing.B) {
+				b.ReportAllocs()
 				var next atomic.Int64
 				var wg sync.WaitGroup
 				start := time.Now()

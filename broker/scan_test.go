@@ -454,6 +454,7 @@ func BenchmarkScanner(b *testing.B) {
 	text := strings.Repeat("Here is some ordinary text, with \"quotes\"\n and numbers 12345. ", 1000)
 	body := msg(text)
 	b.Run("sse", func(b *testing.B) {
+		b.ReportAllocs()
 		data := []byte(sse.String())
 		b.SetBytes(int64(len(data)))
 		for b.Loop() {
@@ -467,6 +468,7 @@ func BenchmarkScanner(b *testing.B) {
 		}
 	})
 	b.Run("json", func(b *testing.B) {
+		b.ReportAllocs()
 		b.SetBytes(int64(len(body)))
 		for b.Loop() {
 			if hit, _, _ := inspectLayers(newPattern(testCred), []byte(body), maxCompressionDepth); hit {

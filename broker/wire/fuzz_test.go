@@ -69,9 +69,10 @@ func TestExamples(t *testing.T) {
 	}
 }
 
-// fuzzAdmit checks, for any input, that Admit does not panic, and that an
-// admitted request's Canonical is itself admitted, unchanged, with the same
-// model, tokens and stream flag.
+// fuzzAdmit checks, for any input, that Admit does not panic, that it
+// answers as the oracle does (admitTree: the same checks on a decoded
+// tree), and that an admitted request's Canonical is itself admitted,
+// unchanged, with the same model, tokens and stream flag.
 func fuzzAdmit(f *testing.F, api string) {
 	for _, ex := range loadExamples(f, api) {
 		f.Add(ex.body)
@@ -79,6 +80,9 @@ func fuzzAdmit(f *testing.F, api string) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, ep := range Endpoints(api) {
 			req, ref := Admit(api, ep, body, testLimits)
+			if msg := sameAdmission(req, ref, body, api, ep, testLimits); msg != "" {
+				t.Fatal(msg)
+			}
 			if ref != nil {
 				if req != nil {
 					t.Fatalf("both a request and a refusal")
@@ -150,10 +154,46 @@ func BenchmarkAdmit(b *testing.B) {
 				b.Fatalf("benchmark body refused: %s", ref.Message)
 			}
 			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
 			b.ReportMetric(float64(len(body)), "body-bytes")
 			for b.Loop() {
 				if _, ref := Admit(api, Endpoints(api)[0], body, testLimits); ref != nil {
 					b.Fatal(ref)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkAdmitTree is the same admission on a decoded tree (the oracle,
+// as Admit worked before it checked the canonical bytes): the before of
+// bench/README.md's broker profile, in the same run.
+func BenchmarkAdmitTree(b *testing.B) {
+	for _, api := range []string{APIAnthropicMessages, APIOpenAIChat, APIOpenAIResponses} {
+		b.Run(api, func(b *testing.B) {
+			body := benchBody(b, api)
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, ref := admitTree(api, Endpoints(api)[0], body, testLimits); ref != nil {
+					b.Fatal(ref)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkCanonicalize is admission's first step alone: strict parsing
+// and the RFC 8785 form of the same bodies.
+func BenchmarkCanonicalize(b *testing.B) {
+	for _, api := range []string{APIAnthropicMessages, APIOpenAIChat, APIOpenAIResponses} {
+		b.Run(api, func(b *testing.B) {
+			body := benchBody(b, api)
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := strictjson.Canonicalize(body); err != nil {
+					b.Fatal(err)
 				}
 			}
 		})
@@ -175,4 +215,18 @@ func ExampleAdmit() {
 	// {"input":"Say hi","max_output_tokens":1024,"model":"gpt-4.1","store":false,"stream":true} 1024 true true
 	// server_state
 	// previous_response_id: state held by the provider is not allowed (moat cannot see it); send the whole conversation in the request instead, with store false
+}
+
+// sameAdmission compares Admit's answer with the oracle's; "" when equal.
+func sameAdmission(req *Request, ref *Refusal, body []byte, api, ep string, lim Limits) string {
+	wreq, wref := admitTree(api, ep, body, lim)
+	switch {
+	case (ref == nil) != (wref == nil):
+		return fmt.Sprintf("%s %s: Admit %+v %+v, oracle %+v %+v (body %q)", api, ep, req, ref, wreq, wref, body)
+	case ref != nil && (ref.Code != wref.Code || ref.Message != wref.Message):
+		return fmt.Sprintf("%s %s: Admit refuses %s %q, oracle %s %q (body %q)", api, ep, ref.Code, ref.Message, wref.Code, wref.Message, body)
+	case ref == nil && (!bytes.Equal(req.Canonical, wreq.Canonical) || req.Model != wreq.Model || req.MaxTokens != wreq.MaxTokens || req.Stream != wreq.Stream):
+		return fmt.Sprintf("%s %s: Admit %q %s %d %v, oracle %q %s %d %v", api, ep, req.Canonical, req.Model, req.MaxTokens, req.Stream, wreq.Canonical, wreq.Model, wreq.MaxTokens, wreq.Stream)
+	}
+	return ""
 }

@@ -1,8 +1,9 @@
 package wire
 
 import (
+	"bytes"
 	"fmt"
-	"strings"
+	"strconv"
 )
 
 // The refusals shared by every API. Each message says why moat refuses and
@@ -27,9 +28,10 @@ var (
 // inlineURL is a string that must be a data: URL, never a URL the provider
 // would fetch.
 func inlineURL() *node {
-	return str().with(func(v any) *denial {
-		s := v.(string) // kString checked first
-		if len(s) >= 5 && strings.EqualFold(s[:5], "data:") {
+	return str().with(func(v []byte) *denial {
+		// v is a canonical JSON string (kString checked first): "data:"
+		// is never escaped there, so its first five bytes are the text's.
+		if len(v) >= 7 && bytes.EqualFold(v[1:6], []byte("data:")) {
 			return nil
 		}
 		return &denyURLSource
@@ -38,9 +40,9 @@ func inlineURL() *node {
 
 // exactlyOne is an integer that must be 1 when present.
 func exactlyOne(why string) *node {
-	return integer().with(func(v any) *denial {
-		if n, err := v.(interface{ Int64() (int64, error) }).Int64(); err != nil || n != 1 {
-			return &denial{ReasonInvalidValue, fmt.Sprintf("must be 1, got %v (%s)", v, why)}
+	return integer().with(func(v []byte) *denial {
+		if n, err := strconv.ParseInt(string(v), 10, 64); err != nil || n != 1 {
+			return &denial{ReasonInvalidValue, fmt.Sprintf("must be 1, got %s (%s)", v, why)}
 		}
 		return nil
 	})

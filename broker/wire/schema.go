@@ -5,15 +5,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/moat-sandbox/moat/internal/strictjson"
 )
 
 // This file holds the small schema language in which the per-API
 // allowlists (anthropic.go, openaichat.go, openairesponses.go) are written.
-// A schema is a tree of nodes; checking walks the decoded request and the
-// schema side by side and stops at the first refusal, which names the JSON
-// path of the offending value. Anything not described is refused.
+// A schema is a tree of nodes; checking (raw.go) walks the canonical
+// request and the schema side by side and stops at the first refusal,
+// which names the JSON path of the offending value. Anything not described
+// is refused.
 
 type kind uint8
 
@@ -54,7 +53,7 @@ type node struct {
 	alts []*node // kOneOf
 	deny denial  // kDeny
 
-	check func(v any) *denial // extra check after the structural one
+	check func(v []byte) *denial // extra check after the structural one, on the canonical bytes
 }
 
 type fields map[string]*node
@@ -88,7 +87,7 @@ func (n *node) denying(vals map[string]denial) *node {
 }
 
 // with adds an extra check to a copy of n.
-func (n *node) with(check func(v any) *denial) *node {
+func (n *node) with(check func(v []byte) *denial) *node {
 	c := *n
 	c.check = check
 	return &c
@@ -116,11 +115,15 @@ type walker struct {
 
 type seg struct {
 	name  string // member name; unused for an array element
+	bname []byte // member name, when name is "" (no copy is made while checking)
 	index int    // array index, or -1 for a member
 }
 
 func (w *walker) push(s seg) { w.segs = append(w.segs, s) }
-func (w *walker) pop()       { w.segs = w.segs[:len(w.segs)-1] }
+
+// pushName pushes member name, which must not change while it is pushed.
+func (w *walker) pushName(name []byte) { w.segs = append(w.segs, seg{bname: name, index: -1}) }
+func (w *walker) pop()                 { w.segs = w.segs[:len(w.segs)-1] }
 
 // fieldString is the text of the path of member name of the current value.
 func (w *walker) fieldString(name string) string {
@@ -132,6 +135,9 @@ func (w *walker) fieldString(name string) string {
 func (w *walker) String() string {
 	var b strings.Builder
 	for _, s := range w.segs {
+		if s.index < 0 && s.name == "" {
+			s.name = string(s.bname)
+		}
 		switch {
 		case s.index >= 0:
 			b.WriteString("[" + strconv.Itoa(s.index) + "]")
@@ -162,24 +168,6 @@ func isIdent(name string) bool {
 	return true
 }
 
-func jsonKind(v any) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case string:
-		return "string"
-	case strictjson.Number:
-		return "number"
-	case bool:
-		return "boolean"
-	case []any:
-		return "array"
-	case map[string]any:
-		return "object"
-	}
-	return fmt.Sprintf("BUG: %T", v)
-}
-
 func (n *node) kindName() string {
 	switch n.kind {
 	case kString:
@@ -204,126 +192,6 @@ func (n *node) kindName() string {
 		return strings.Join(names, " or ")
 	}
 	return "nothing (BUG: invalid schema node)"
-}
-
-func wrongKind(n *node, p *walker, v any) *Refusal {
-	return refuse(ReasonInvalidValue, p.String(), "must be %s, got %s", n.kindName(), jsonKind(v))
-}
-
-// validate checks v against n at path p.
-func (n *node) validate(p *walker, v any) *Refusal {
-	if r := n.validateKind(p, v); r != nil {
-		return r
-	}
-	if n.check != nil {
-		if d := n.check(v); d != nil {
-			return d.at(p.String())
-		}
-	}
-	return nil
-}
-
-func (n *node) validateKind(p *walker, v any) *Refusal {
-	switch n.kind {
-	case kAny:
-		return nil
-	case kDeny:
-		return n.deny.at(p.String())
-	case kString:
-		s, ok := v.(string)
-		if !ok {
-			return wrongKind(n, p, v)
-		}
-		if d, ok := n.denyVals[s]; ok {
-			return d.at(p.String())
-		}
-		if n.enum != nil && !slices.Contains(n.enum, s) {
-			return refuse(ReasonInvalidValue, p.String(), "%s is not allowed (allowed: %s)", Quote(s), strings.Join(n.enum, ", "))
-		}
-		return nil
-	case kNumber, kInteger:
-		num, ok := v.(strictjson.Number)
-		if !ok {
-			return wrongKind(n, p, v)
-		}
-		if n.kind == kInteger {
-			if _, err := num.Int64(); err != nil {
-				return refuse(ReasonInvalidValue, p.String(), "must be an integer, got %s", num)
-			}
-		}
-		return nil
-	case kBool:
-		b, ok := v.(bool)
-		if !ok {
-			return wrongKind(n, p, v)
-		}
-		if d, ok := n.denyVals[strconv.FormatBool(b)]; ok {
-			return d.at(p.String())
-		}
-		return nil
-	case kArray:
-		a, ok := v.([]any)
-		if !ok {
-			return wrongKind(n, p, v)
-		}
-		for i, e := range a {
-			p.push(seg{index: i})
-			r := n.elem.validate(p, e)
-			p.pop()
-			if r != nil {
-				return r
-			}
-		}
-		return nil
-	case kObject:
-		m, ok := v.(map[string]any)
-		if !ok {
-			return wrongKind(n, p, v)
-		}
-		return n.validateFields(p, m, "")
-	case kTagged:
-		m, ok := v.(map[string]any)
-		if !ok {
-			return wrongKind(n, p, v)
-		}
-		tag := n.tagDefault
-		if tv, present := m[n.tagKey]; present {
-			s, ok := tv.(string)
-			if !ok {
-				return refuse(ReasonInvalidValue, p.fieldString(n.tagKey), "must be a string, got %s", jsonKind(tv))
-			}
-			tag = s
-		} else if tag == "" {
-			return refuse(ReasonMissingField, p.fieldString(n.tagKey), "required field is missing (allowed: %s)", strings.Join(n.tagNames(), ", "))
-		}
-		sub, ok := n.tags[tag]
-		if !ok {
-			if n.tagDeny != nil {
-				if d := n.tagDeny(tag); d != nil {
-					return d.at(p.fieldString(n.tagKey))
-				}
-			}
-			return refuse(ReasonUnknownType, p.fieldString(n.tagKey), "%s is not a %s moat forwards (allowed: %s); use one of those", Quote(tag), n.tagKey, strings.Join(n.tagNames(), ", "))
-		}
-		if r := sub.validateFields(p, m, n.tagKey); r != nil {
-			return r
-		}
-		if sub.check != nil {
-			if d := sub.check(v); d != nil {
-				return d.at(p.String())
-			}
-		}
-		return nil
-	case kOneOf:
-		k := jsonKind(v)
-		for _, a := range n.alts {
-			if a.accepts(k) {
-				return a.validate(p, v)
-			}
-		}
-		return wrongKind(n, p, v)
-	}
-	return refuse(ReasonInternal, p.String(), "BUG: invalid schema node")
 }
 
 // accepts reports whether n is the alternative for JSON kind k in a oneOf.
@@ -354,57 +222,12 @@ func (n *node) tagNames() []string {
 	return names
 }
 
-// validateFields checks every member of m against n.fields; skip names a
-// member already checked by the caller (a tag). A null member counts as
-// absent, as the provider APIs treat it, except for a field refused by name
-// (kDeny), which is refused even as null.
-func (n *node) validateFields(p *walker, m map[string]any, skip string) *Refusal {
-	for _, name := range n.required {
-		if v, ok := m[name]; !ok || v == nil {
-			return refuse(ReasonMissingField, p.fieldString(name), "required field is missing")
-		}
-	}
-	// Sorted for a deterministic first refusal.
-	var buf [32]string
-	names := buf[:0]
-	for name := range m {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		if name == skip {
-			continue
-		}
-		f, ok := n.fields[name]
-		if !ok {
-			return refuse(ReasonUnknownField, p.fieldString(name), "field is not allowed (moat forwards only fields it knows how to check); remove it")
-		}
-		v := m[name]
-		if v == nil {
-			if f.kind == kDeny {
-				// A refused field is refused by name: its presence alone
-				// reaches the provider, and a provider may read null as
-				// "use the default" of a feature moat refuses.
-				return refuse(f.deny.code, p.fieldString(name), "%s (an explicit null is refused too: remove the field)", f.deny.msg)
-			}
-			continue
-		}
-		p.push(seg{name: name, index: -1})
-		r := f.validate(p, v)
-		p.pop()
-		if r != nil {
-			return r
-		}
-	}
-	return nil
-}
-
 // anyObject is any JSON object (free-form, e.g. a JSON Schema or a tool's
 // input).
 func anyObject() *node {
-	return anyJSON().with(func(v any) *denial {
-		if _, ok := v.(map[string]any); !ok {
-			return &denial{ReasonInvalidValue, "must be an object, got " + jsonKind(v)}
+	return anyJSON().with(func(v []byte) *denial {
+		if k := rawKind(v); k != "object" {
+			return &denial{ReasonInvalidValue, "must be an object, got " + k}
 		}
 		return nil
 	})

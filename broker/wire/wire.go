@@ -8,7 +8,9 @@
 // Admit parses the body with internal/strictjson (duplicate names, invalid
 // UTF-8, lone surrogates and trailing data refused), re-encodes it
 // canonically (RFC 8785), and checks the canonical form, so what is checked
-// is byte for byte what is hashed, signed and forwarded.
+// is byte for byte what is hashed, signed and forwarded. The check walks
+// those bytes without building a decoded tree (raw.go); a tree-based
+// oracle in the tests holds it to the same answers.
 //
 // Refused, each with a stable Code and a message that tells a model what to
 // change:
@@ -193,93 +195,7 @@ func Admit(api, endpointPath string, body []byte, lim Limits) (*Request, *Refusa
 	if err != nil {
 		return nil, invalidJSON(err)
 	}
-	tree, err := strictjson.Decode(canon)
-	if err != nil {
-		return nil, invalidJSON(err)
-	}
-	top, ok := tree.(map[string]any)
-	if !ok {
-		return nil, refuse(ReasonInvalidJSON, "", "the request body must be a JSON object, got %s", jsonKind(tree))
-	}
-	if r := ep.schema.validate(&walker{segs: make([]seg, 0, 16)}, top); r != nil {
-		return nil, r
-	}
-	model, _ := top["model"].(string) // required string: the schema checked it
-	if !slices.Contains(lim.Models, model) {
-		allowed := "none"
-		if len(lim.Models) > 0 {
-			allowed = strings.Join(lim.Models, ", ")
-		}
-		return nil, refuse(ReasonModelNotAllowed, "model", "model %s is not allowed by policy (allowed: %s)", Quote(model), allowed)
-	}
-	changed := false
-	maxTokens := 0
-	if len(ep.tokenFields) > 0 {
-		var r *Refusal
-		maxTokens, changed, r = reserveTokens(top, ep.tokenFields, lim.MaxOutputTokens)
-		if r != nil {
-			return nil, r
-		}
-	}
-	if v, present := top["stream"]; present && v == nil {
-		// The broker reads an absent or null stream as false and answers
-		// accordingly; the provider gets what the broker assumed.
-		delete(top, "stream")
-		changed = true
-	}
-	for _, f := range ep.forceFalse {
-		if top[f] == nil {
-			top[f] = false
-			changed = true
-		}
-	}
-	if changed {
-		if canon, err = strictjson.Encode(top); err != nil {
-			return nil, refuse(ReasonInternal, "", "BUG: re-encoding an admitted request: %v", err)
-		}
-	}
-	stream, _ := top["stream"].(bool)
-	return &Request{Canonical: canon, Model: model, MaxTokens: maxTokens, Stream: stream}, nil
-}
-
-// reserveTokens finds the output limit among fields (at most one may be
-// set), checks it against max and, when none is set, writes max into the
-// first field. It reports whether top changed.
-func reserveTokens(top map[string]any, fields []string, max int) (int, bool, *Refusal) {
-	if max <= 0 {
-		return 0, false, refuse(ReasonMaxTokensExceeded, "", "policy allows no output tokens (inference.max_output_tokens is 0); ask the operator to raise it")
-	}
-	var set []string
-	changed := false
-	for _, f := range fields {
-		v, present := top[f]
-		if !present {
-			continue
-		}
-		if v == nil {
-			delete(top, f) // null means absent; the default is written below
-			changed = true
-			continue
-		}
-		set = append(set, f)
-	}
-	switch len(set) {
-	case 0:
-		top[fields[0]] = strictjson.Number(strconv.Itoa(max))
-		return max, true, nil
-	case 1:
-	default:
-		return 0, false, refuse(ReasonInvalidValue, "", "%s are both set, which is ambiguous; set only %s (at most %d)", strings.Join(set, " and "), fields[0], max)
-	}
-	f := set[0]
-	n, err := top[f].(strictjson.Number).Int64() // the schema checked it is an integer
-	if err != nil || n < 1 {
-		return 0, false, refuse(ReasonInvalidValue, f, "must be a positive integer (at most %d), got %v", max, top[f])
-	}
-	if n > int64(max) {
-		return 0, false, refuse(ReasonMaxTokensExceeded, f, "%d is above the policy limit of %d output tokens; set %s to at most %d", n, max, f, max)
-	}
-	return int(n), changed, nil
+	return admitCanonical(ep, canon, lim)
 }
 
 func invalidJSON(err error) *Refusal {
