@@ -128,7 +128,12 @@ func Create(ctx context.Context, o CreateOptions) (*State, error) {
 
 // Get returns a sandbox's state, with live fields from its supervisor. A
 // sandbox whose supervisor is gone is reported in phase Error.
-func Get(name string) (*State, error) {
+func Get(name string) (*State, error) { return get(name, true) }
+
+// get is Get; without ask it does not ask the supervisor for its
+// processes and allowance (Exec asks it for the process instead, and a
+// supervisor that does not answer is refused there alike).
+func get(name string, ask bool) (*State, error) {
 	if err := ValidateName(name); err != nil {
 		return nil, err
 	}
@@ -148,7 +153,7 @@ func Get(name string) (*State, error) {
 			return s, nil
 		}
 	}
-	if s.Phase == boundary.PhaseReady || s.Phase == boundary.PhaseRunning {
+	if ask && (s.Phase == boundary.PhaseReady || s.Phase == boundary.PhaseRunning) {
 		var live statusReply
 		if err := control(st.sandboxDir(name), controlRequest{Op: "status"}, nil, func(l []byte) bool {
 			json.Unmarshal(l, &live)
@@ -203,7 +208,9 @@ func Exec(ctx context.Context, name string, argv []string, tty bool, stdin, stdo
 	if len(argv) == 0 {
 		return ExitRefused, &RefusedError{Msg: "no command given (usage: moat sandbox exec NAME -- CMD [ARG…])"}
 	}
-	s, err := Get(name)
+	// The state file and the supervisor's pid only: the exec request
+	// below is the round trip to the supervisor (one less per command).
+	s, err := get(name, false)
 	if err != nil {
 		return ExitRefused, err
 	}
@@ -305,6 +312,10 @@ func Exec(ctx context.Context, name string, argv []string, tty bool, stdin, stdo
 		})
 	if relay != nil {
 		relay.Stop() // the last output, and the caller's terminal back
+	}
+	var dial *net.OpError
+	if errors.As(err, &dial) && dial.Op == "dial" {
+		return ExitRefused, &RefusedError{Msg: fmt.Sprintf("sandbox %s is not ready: the supervisor does not answer: %v", name, err)}
 	}
 	if err != nil {
 		return ExitRefused, err
