@@ -99,6 +99,14 @@ const (
 	PhaseDeleting     Phase = "Deleting"
 )
 
+// Exit codes of moat and of what backends start, as docker run uses them:
+// the only place they are defined (sandbox and the CLI name these).
+const (
+	ExitRefused    = 125 // moat refused or failed; StartError.Code otherwise
+	ExitCannotExec = 126 // the command exists but cannot be executed
+	ExitNotFound   = 127 // the command was not found
+)
+
 // ErrUnsupported is what a backend's error on a platform it cannot run on
 // matches with errors.Is. It is errors.ErrUnsupported itself, moat's one
 // "unsupported" sentinel (internal/hostinfo's and seccomp's errors match

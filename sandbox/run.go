@@ -22,6 +22,7 @@ import (
 
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/boundary/seccomp"
 	"github.com/moat-sandbox/moat/internal/exehash"
 	"github.com/moat-sandbox/moat/internal/fsutil"
 	"github.com/moat-sandbox/moat/internal/runinfo"
@@ -29,11 +30,11 @@ import (
 	"github.com/moat-sandbox/moat/policy"
 )
 
-// Exit codes, as docker run uses them.
+// Exit codes, as docker run uses them (defined in boundary).
 const (
-	ExitRefused    = 125
-	ExitCannotExec = 126
-	ExitNotFound   = 127
+	ExitRefused    = boundary.ExitRefused
+	ExitCannotExec = boundary.ExitCannotExec
+	ExitNotFound   = boundary.ExitNotFound
 )
 
 // RunOptions configure one `moat run`.
@@ -315,17 +316,15 @@ func hostSecrets(stateDir string, pol *policy.Policy) ([]string, error) {
 // granted reports whether p is a grant, inside one, or contains one.
 func granted(pol *policy.Policy, p string) bool {
 	for _, g := range append(append([]string{}, pol.Filesystem.ReadOnly...), pol.Filesystem.ReadWrite...) {
-		if within(p, g) || within(g, p) {
+		if fsutil.Within(p, g) || fsutil.Within(g, p) {
 			return true
 		}
 	}
 	return false
 }
 
-func within(p, dir string) bool {
-	rel, err := filepath.Rel(dir, p)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
-}
+// within is fsutil.Within (session.go's name for it).
+func within(p, dir string) bool { return fsutil.Within(p, dir) }
 
 func explain(w io.Writer, backend string, p boundary.Properties, l boundary.LimitsStatus) {
 	fmt.Fprintf(w, "moat: boundary confirmed by measurement (backend %s)\n", backend)
@@ -350,6 +349,25 @@ func explain(w io.Writer, backend string, p boundary.Properties, l boundary.Limi
 	fmt.Fprintln(w)
 	if l.DiskDetail != "" {
 		fmt.Fprintf(w, "  disk: %s\n", l.DiskDetail)
+	}
+	if be, err := boundary.Lookup(backend); err == nil {
+		if f, ok := be.(seccomp.Filtered); ok {
+			ExplainFilter(w, f.SeccompOptions())
+		}
+	}
+}
+
+// ExplainFilter writes the rules of the seccomp filter built with opts,
+// one a line, in the order the filter decides.
+func ExplainFilter(w io.Writer, opts seccomp.Options) {
+	rules := seccomp.Policy(opts)
+	if len(rules) == 0 {
+		fmt.Fprintln(w, "  seccomp filter: none on this system")
+		return
+	}
+	fmt.Fprintf(w, "  seccomp filter (%d rules; for each syscall the first that holds decides):\n", len(rules))
+	for _, r := range rules {
+		fmt.Fprintf(w, "    %s\n", r)
 	}
 }
 

@@ -6,8 +6,9 @@
 //	supervisor (moat) ── locked OS thread, Pdeathsig ──▶ __moat-gvisor-init
 //	    new PID, network and mount namespaces; only `lo`, up; the broker's
 //	    listener is made here and handed to the supervisor (SCM_RIGHTS)
-//	    └─ runsc --network=host --oci-seccomp run  (container init: a pause)
-//	    └─ runsc exec --process P.json             (measurement, workload, exec)
+//	    └─ runsc --network=host run    (container init: a pause)
+//	    └─ runsc exec --process P.json (measurement, workload, exec), each
+//	       behind __moat-gvisor-stage, which installs moat's seccomp filter
 //
 // runsc's network mode "host" means the sentry uses the network namespace it
 // was started in, which moat made with nothing but loopback and the broker's
@@ -19,9 +20,11 @@
 // owned by that uid (a root-owned workspace is refused with the chown
 // fix). Inside, id -u therefore shows that uid, not process.uid. It runs
 // with every capability set
-// empty, noNewPrivileges, and a seccomp filter in the spec that runsc
-// enforces inside the sentry because moat passes --oci-seccomp (without it
-// runsc ignores the spec's filter). Only the policy's grants are mounted;
+// empty, noNewPrivileges, and package seccomp's filter (the native
+// backend's), which the stage installs in front of every process and the
+// sentry enforces. The spec carries no filter of its own: runsc applies one
+// to the container's init only, never to what `runsc exec` starts. Only
+// the policy's grants are mounted;
 // the root is an empty read-only directory.
 //
 // What this backend cannot do, and says so:

@@ -37,7 +37,7 @@ var mechanisms = boundary.Mechanisms{
 	FilesystemConfinement:  "gvisor-gofer",
 	EgressInterception:     "netns-loopback+runsc-hostinet",
 	RequestAttribution:     "endpoint-only",
-	PrivilegeFloor:         "gvisor-sentry+oci-seccomp+nnp+capdrop",
+	PrivilegeFloor:         "gvisor-sentry+seccomp+nnp+capdrop",
 	AttributionUnavailable: "gVisor with the host network stack: every broker connection belongs to the runsc sandbox process, so the binary inside cannot be identified",
 }
 
@@ -323,7 +323,7 @@ func (s *sandbox) readLoop() {
 				select {
 				case <-p.done:
 				default:
-					p.code = 125
+					p.code = boundary.ExitRefused
 					close(p.done)
 				}
 				delete(s.pending, id)

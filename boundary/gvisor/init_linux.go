@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/boundary/internal/initkit"
 	"github.com/moat-sandbox/moat/internal/grants"
 )
@@ -92,12 +93,12 @@ func InitMain([]string) int {
 	c, err := initkit.NewConn(initCtlFD)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "moat: gvisor init: %v\n", err)
-		return 125
+		return boundary.ExitRefused
 	}
 	send := func(m msg, fds ...int) { c.Send(m, fds...) }
 	fail := func(err error) int {
 		send(msg{Op: "error", Error: err.Error()})
-		return 125
+		return boundary.ExitRefused
 	}
 	m, _, err := recvMsg(c)
 	if err != nil || m.Config == nil {
@@ -124,7 +125,7 @@ func InitMain([]string) int {
 	unix.Close(lfd)
 
 	runsc := func(args ...string) *exec.Cmd {
-		a := []string{"--root", cfg.Root, "--network=host", "--oci-seccomp"}
+		a := []string{"--root", cfg.Root, "--network=host"}
 		if d := os.Getenv("MOAT_RUNSC_DEBUG"); d != "" {
 			a = append(a, "--debug", "--debug-log="+d+"/")
 		}

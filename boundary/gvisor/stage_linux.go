@@ -10,8 +10,18 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/boundary/seccomp"
 )
+
+// filterOptions are the Options of the seccomp filter the stage installs.
+// AF_UNIX stays allowed: the sentry does not connect to host sockets in
+// bind mounts (runsc runs without --host-uds).
+var filterOptions = seccomp.Options{AllowUnixSockets: true}
+
+// SeccompOptions are the Options of the filter that every process of a
+// sandbox runs behind (seccomp.Filtered).
+func (backend) SeccompOptions() seccomp.Options { return filterOptions }
 
 // StageMain runs inside the sentry in front of every process that
 // `runsc exec` starts. runsc applies the spec's seccomp filter to the
@@ -26,33 +36,31 @@ import (
 func StageMain(args []string) int {
 	if len(args) < 2 || args[0] != "--" {
 		fmt.Fprintln(os.Stderr, "moat: gvisor stage: usage: -- CMD [ARG…]")
-		return 125
+		return boundary.ExitRefused
 	}
 	argv := args[1:]
 	runtime.LockOSThread()
-	// AF_UNIX stays allowed here: the sentry does not connect to host
-	// sockets in bind mounts (runsc runs without --host-uds).
-	prog, err := seccomp.Build(seccomp.Options{AllowUnixSockets: true})
+	prog, err := seccomp.Build(filterOptions)
 	if err == nil {
 		err = seccomp.Install(prog)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "moat: refused: cannot install the seccomp filter inside gVisor: %v\n", err)
-		return 125
+		return boundary.ExitRefused
 	}
 	path := argv[0]
 	if !strings.Contains(path, "/") {
 		p, err := exec.LookPath(path)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "moat: %s: command not found\n", path)
-			return 127
+			return boundary.ExitNotFound
 		}
 		path = p
 	}
 	err = unix.Exec(path, argv, os.Environ())
 	fmt.Fprintf(os.Stderr, "moat: cannot execute %s: %v\n", argv[0], err)
 	if errors.Is(err, unix.ENOENT) {
-		return 127
+		return boundary.ExitNotFound
 	}
-	return 126
+	return boundary.ExitCannotExec
 }

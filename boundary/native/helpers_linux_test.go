@@ -385,7 +385,7 @@ func newFixture(t testing.TB) *fixture {
 		t.Fatal(err)
 	}
 	if os.Geteuid() == 0 {
-		if err := os.Chown(f.ws, nobodyID, nobodyID); err != nil {
+		if err := os.Chown(f.ws, policy.NobodyID, policy.NobodyID); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -404,7 +404,7 @@ func newFixture(t testing.TB) *fixture {
 			ReadWrite: []string{f.ws},
 			TmpSize:   16 << 20,
 		},
-		Process: policy.Process{UID: 1000, GID: 1000, HostUID: nobodyID, HostGID: nobodyID,
+		Process: policy.Process{UID: 1000, GID: 1000, HostUID: policy.NobodyID, HostGID: policy.NobodyID,
 			Env:    map[string]string{"PATH": "/usr/bin:/bin"},
 			Limits: policy.Limits{OpenFiles: 256, Pids: 128, Memory: 512 << 20}},
 	}

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/boundary/internal/initkit"
 	"github.com/moat-sandbox/moat/internal/grants"
 )
@@ -68,11 +69,11 @@ func InitMain(args []string) int {
 	ctl, err := initkit.NewConn(initCtlFD)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "moat: init: %v\n", err)
-		return 125
+		return boundary.ExitRefused
 	}
 	fail := func(err error) int {
 		ctl.Send(ctlMsg{Op: "error", Err: err.Error()})
-		return 125
+		return boundary.ExitRefused
 	}
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fail(fmt.Errorf("init: PR_SET_DUMPABLE: %w", err))
@@ -132,14 +133,14 @@ func InitMain(args []string) int {
 	signal.Notify(sigs, unix.SIGCHLD)
 	go in.reap(sigs)
 	if err := ctl.Send(ctlMsg{Op: "ready", Port: port}, lfd); err != nil {
-		return 125
+		return boundary.ExitRefused
 	}
 	unix.Close(lfd)
 	for {
 		m, files, err := recvCtl(ctl)
 		if err != nil {
 			// The supervisor is gone: so is the sandbox.
-			return 125
+			return boundary.ExitRefused
 		}
 		switch m.Op {
 		case "start":
@@ -189,19 +190,19 @@ func (in *initState) start(m ctlMsg, files []*os.File) {
 		in.ctl.Send(ctlMsg{Op: "failed", ID: m.ID, Code: code, Err: err.Error()})
 	}
 	if len(files) != 3 {
-		fail(125, fmt.Errorf("BUG: start with %d stdio fds", len(files)))
+		fail(boundary.ExitRefused, fmt.Errorf("BUG: start with %d stdio fds", len(files)))
 		return
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
-		fail(125, err)
+		fail(boundary.ExitRefused, err)
 		return
 	}
 	defer errR.Close()
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
 		errW.Close()
-		fail(125, err)
+		fail(boundary.ExitRefused, err)
 		return
 	}
 	rs := in.cfg.Landlock
@@ -269,12 +270,12 @@ func (in *initState) start(m ctlMsg, files []*os.File) {
 		}
 		go func() { <-ip.exit }()
 		cfgW.Close()
-		fail(125, errors.New("BUG: cannot read the new process's user namespace"))
+		fail(boundary.ExitRefused, errors.New("BUG: cannot read the new process's user namespace"))
 		return
 	}
 	if err != nil {
 		cfgW.Close()
-		fail(125, fmt.Errorf("starting the stage: %w", err))
+		fail(boundary.ExitRefused, fmt.Errorf("starting the stage: %w", err))
 		return
 	}
 	go func() {
@@ -287,7 +288,7 @@ func (in *initState) start(m ctlMsg, files []*os.File) {
 	b, _ := io.ReadAll(io.LimitReader(errR, initkit.MaxMessage))
 	if len(b) > 0 {
 		if json.Unmarshal(b, &rep) != nil || rep.Code == 0 {
-			rep = stageReport{Code: 125, Err: "stage failed: " + string(b)}
+			rep = stageReport{Code: boundary.ExitRefused, Err: "stage failed: " + string(b)}
 		}
 		if pidfd >= 0 {
 			unix.Close(pidfd)
@@ -297,7 +298,7 @@ func (in *initState) start(m ctlMsg, files []*os.File) {
 		return
 	}
 	if pidfd < 0 {
-		fail(125, errors.New("BUG: no pidfd for the stage"))
+		fail(boundary.ExitRefused, errors.New("BUG: no pidfd for the stage"))
 		return
 	}
 	in.ctl.Send(ctlMsg{Op: "started", ID: m.ID, PID: pid}, pidfd)
@@ -343,7 +344,7 @@ func exitCode(ws unix.WaitStatus) int {
 	case ws.Signaled():
 		return 128 + int(ws.Signal())
 	}
-	return 125
+	return boundary.ExitRefused
 }
 
 // userCaps are the kernel object counters capped in the sandbox's user

@@ -24,17 +24,9 @@ import (
 	"github.com/moat-sandbox/moat/policy"
 )
 
-// Defaults for zero policy fields that cannot mean "nothing".
-const (
-	// DefaultTmpSize is the /tmp tmpfs size when the policy gives none
-	// (a tmpfs of size 0 would be unlimited).
-	DefaultTmpSize = 64 << 20
-	// nobodyID is the host uid/gid used as root when the policy names none
-	// and the workspace is owned by root.
-	nobodyID = 65534
-	// minABIFloor: Landlock must exist at all, whatever the policy says.
-	minABIFloor = 1
-)
+// minABIFloor: Landlock must exist at all, whatever the policy says
+// (policy.MinABIFloor is the same floor, for what a policy may write).
+const minABIFloor = policy.MinABIFloor
 
 // testOmitLandlock, set only by this package's tests, leaves these grants
 // out of the Landlock ruleset while they stay bind-mounted, to show that
@@ -83,7 +75,7 @@ func (backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.Sandbo
 		return nil, err
 	}
 	grants.AfterPlan()
-	if _, err := seccomp.Build(seccomp.Options{AllowUnixSockets: abi >= 9}); err != nil {
+	if _, err := seccomp.Build(filterOptions(abi)); err != nil {
 		return nil, fmt.Errorf("moat: refused: the seccomp filter cannot be built here: %w", err)
 	}
 	cfg.Seccomp = !testNoSeccomp
@@ -101,6 +93,15 @@ func (backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.Sandbo
 	}
 	return sb, nil
 }
+
+// filterOptions are the Options of the seccomp filter the stage installs
+// on a host of Landlock ABI abi: from ABI 9, Landlock's Unix-socket rules
+// confine pathname sockets, so the filter lets AF_UNIX sockets through.
+func filterOptions(abi int) seccomp.Options { return seccomp.Options{AllowUnixSockets: abi >= 9} }
+
+// SeccompOptions are the Options of the filter that every process of a
+// sandbox made on this host runs behind (seccomp.Filtered).
+func (backend) SeccompOptions() seccomp.Options { return filterOptions(LandlockABI()) }
 
 // hostIDs is the host uid/gid the sandbox's root maps to. Rootless, it is
 // the caller's own; as root, process.host_uid/host_gid, never 0.
@@ -126,7 +127,9 @@ func hostIDs(pol *policy.Policy) (int, int, error) {
 func initConfigFor(pol *policy.Policy, abi, gid int) (*initConfig, error) {
 	cfg := &initConfig{UID: pol.Process.UID, GID: gid, Hostname: "moat", TmpSize: int64(pol.Filesystem.TmpSize)}
 	if cfg.TmpSize <= 0 {
-		cfg.TmpSize = DefaultTmpSize
+		// A tmpfs of size 0 would be unlimited: a policy built in code
+		// (not loaded) gets the default.
+		cfg.TmpSize = int64(policy.DefaultTmpSize)
 	}
 	if pol.Process.Limits.OpenFiles > 0 {
 		cfg.OpenFiles = uint64(pol.Process.Limits.OpenFiles)

@@ -79,7 +79,7 @@ func TestFilesystemConfinement(t *testing.T) {
 		t.Fatal(err)
 	}
 	if os.Geteuid() == 0 {
-		os.Chown(granted, nobodyID, nobodyID)
+		os.Chown(granted, policy.NobodyID, policy.NobodyID)
 	}
 	cwd, _ := os.Getwd()
 	sb := f.prepare(t)
@@ -113,7 +113,7 @@ func TestFilesystemConfinement(t *testing.T) {
 	}
 	wantUID := uint32(os.Geteuid())
 	if wantUID == 0 {
-		wantUID = nobodyID
+		wantUID = policy.NobodyID
 	}
 	if got := st.Sys().(*syscall.Stat_t).Uid; got != wantUID {
 		t.Errorf("owner of the workload's file: got uid %d, want %d", got, wantUID)
@@ -355,7 +355,7 @@ func TestExitCodes(t *testing.T) {
 	os.MkdirAll(filepath.Dir(script), 0o755)
 	os.WriteFile(script, []byte("#!/bin/sh\nexit 9\n"), 0o755)
 	if os.Geteuid() == 0 {
-		os.Chown(filepath.Dir(script), nobodyID, nobodyID)
+		os.Chown(filepath.Dir(script), policy.NobodyID, policy.NobodyID)
 	}
 	for _, tc := range []struct {
 		dir  string
@@ -547,7 +547,7 @@ func TestPlantedNestedGrantAcrossRuns(t *testing.T) {
 	}
 	if os.Geteuid() == 0 {
 		for _, p := range []string{filepath.Join(f.ws, "sysroot"), etc, filepath.Join(etc, "conf")} {
-			os.Chown(p, nobodyID, nobodyID)
+			os.Chown(p, policy.NobodyID, policy.NobodyID)
 		}
 	}
 	secret := filepath.Join(f.outer, "etc")
@@ -659,7 +659,7 @@ func TestUserNSOwner(t *testing.T) {
 	if err := enter(nil); err != nil {
 		t.Fatalf("control: root enters the sandbox's user namespace: %v", err)
 	}
-	if err := enter(&syscall.Credential{Uid: nobodyID, Gid: nobodyID}); err == nil {
+	if err := enter(&syscall.Credential{Uid: policy.NobodyID, Gid: policy.NobodyID}); err == nil {
 		t.Error("a host process running as host_uid entered the sandbox's user namespace")
 	}
 }

@@ -79,7 +79,7 @@ func TestRootReadWriteGrantOwnedByOther(t *testing.T) {
 		t.Errorf("refusal %q does not say how to fix it", err)
 	}
 	// Control: chowned to host_uid, it works.
-	if err := os.Chown(f.ws, nobodyID, nobodyID); err != nil {
+	if err := os.Chown(f.ws, policy.NobodyID, policy.NobodyID); err != nil {
 		t.Fatal(err)
 	}
 	f.prepare(t)
@@ -105,7 +105,7 @@ func TestRootOwnedGrantRefused(t *testing.T) {
 	if !strings.Contains(err.Error(), "chown -R 65534:65534 "+f.ws) {
 		t.Errorf("refusal %q does not give the fix", err)
 	}
-	if err := os.Chown(f.ws, nobodyID, nobodyID); err != nil {
+	if err := os.Chown(f.ws, policy.NobodyID, policy.NobodyID); err != nil {
 		t.Fatal(err)
 	}
 	sb2 := f.prepare(t)
@@ -115,8 +115,8 @@ func TestRootOwnedGrantRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if uid := st.Sys().(*syscall.Stat_t).Uid; uid != nobodyID {
-		t.Errorf("file written inside: host owner uid %d, want %d (host_uid)", uid, nobodyID)
+	if uid := st.Sys().(*syscall.Stat_t).Uid; uid != policy.NobodyID {
+		t.Errorf("file written inside: host owner uid %d, want %d (host_uid)", uid, policy.NobodyID)
 	}
 }
 

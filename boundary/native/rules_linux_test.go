@@ -38,7 +38,7 @@ func TestInitConfigRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.TmpSize != DefaultTmpSize || cfg.OpenFiles != 64 || cfg.UID != 1000 || cfg.GID != 1000 {
+	if cfg.TmpSize != int64(policy.DefaultTmpSize) || cfg.OpenFiles != 64 || cfg.UID != 1000 || cfg.GID != 1000 {
 		t.Errorf("config: got %+v", cfg)
 	}
 	rules := map[string]uint64{}

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/boundary/seccomp"
 )
 
@@ -55,19 +56,19 @@ func StageMain(args []string) int {
 	}
 	var cfg stageConfig
 	if err := readConfig(stageConfigFD, &cfg); err != nil {
-		return report(125, fmt.Errorf("stage config: %w", err))
+		return report(boundary.ExitRefused, fmt.Errorf("stage config: %w", err))
 	}
 	if len(cfg.Argv) == 0 {
-		return report(125, errors.New("no command"))
+		return report(boundary.ExitRefused, errors.New("no command"))
 	}
 	if err := confine(&cfg); err != nil {
-		return report(125, err)
+		return report(boundary.ExitRefused, err)
 	}
 	// The working directory first, so that a relative command path
 	// resolves against it, as in a shell.
 	if cfg.Dir != "" {
 		if err := unix.Chdir(cfg.Dir); err != nil {
-			return report(125, fmt.Errorf("moat: working directory %q: %w", cfg.Dir, err))
+			return report(boundary.ExitRefused, fmt.Errorf("moat: working directory %q: %w", cfg.Dir, err))
 		}
 	}
 	path, code, err := resolve(&cfg)
@@ -75,12 +76,12 @@ func StageMain(args []string) int {
 		return report(code, err)
 	}
 	if cfg.Seccomp {
-		prog, err := seccomp.Build(seccomp.Options{AllowUnixSockets: cfg.Landlock.ABI >= 9})
+		prog, err := seccomp.Build(filterOptions(cfg.Landlock.ABI))
 		if err != nil {
-			return report(125, fmt.Errorf("seccomp filter: %w", err))
+			return report(boundary.ExitRefused, fmt.Errorf("seccomp filter: %w", err))
 		}
 		if err := seccomp.Install(prog); err != nil {
-			return report(125, fmt.Errorf("seccomp filter: %w", err))
+			return report(boundary.ExitRefused, fmt.Errorf("seccomp filter: %w", err))
 		}
 	}
 	err = syscall.Exec(path, cfg.Argv, cfg.Env)
@@ -89,9 +90,9 @@ func StageMain(args []string) int {
 
 func execCode(err error) int {
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
-		return 127
+		return boundary.ExitNotFound
 	}
-	return 126
+	return boundary.ExitCannotExec
 }
 
 // confine applies every restriction but seccomp to the calling thread:
@@ -235,9 +236,9 @@ func resolve(cfg *stageConfig) (string, int, error) {
 		}
 	}
 	if firstErr != nil {
-		return "", 126, fmt.Errorf("moat: cannot execute %q: %w", name, firstErr)
+		return "", boundary.ExitCannotExec, fmt.Errorf("moat: cannot execute %q: %w", name, firstErr)
 	}
-	return "", 127, fmt.Errorf("moat: command %q not found in the sandbox (PATH=%s)", name, pathEnv)
+	return "", boundary.ExitNotFound, fmt.Errorf("moat: command %q not found in the sandbox (PATH=%s)", name, pathEnv)
 }
 
 func checkExec(p string) error {

@@ -8,11 +8,12 @@ import (
 	"github.com/moat-sandbox/moat/boundary/seccomp"
 )
 
-// The policy is data: this is what `moat run --explain` can print for the
-// socket, socketpair, mknodat and openat2 syscalls, in the order the filter
-// decides.
+// The policy is data: this is what `moat run --explain` prints for the
+// socket, socketpair, mknodat and openat2 syscalls with the strictest
+// Options (the native backend below Landlock ABI 9), in the order the
+// filter decides.
 func ExamplePolicy() {
-	for _, r := range seccomp.Policy() {
+	for _, r := range seccomp.Policy(seccomp.Options{}) {
 		switch r.Syscall {
 		case "socket", "socketpair", "mknodat", "openat2":
 			fmt.Println(r)

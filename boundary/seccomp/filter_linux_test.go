@@ -261,7 +261,7 @@ func TestProgramShape(t *testing.T) {
 // TestPolicyMatchesDenials keeps Policy (the documentation) and the
 // independent list in this test in step.
 func TestPolicyMatchesDenials(t *testing.T) {
-	pol := Policy()
+	pol := Policy(Options{})
 	eperm := map[string]bool{}
 	seen := map[string]bool{}
 	for _, r := range pol {

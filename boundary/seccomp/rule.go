@@ -20,6 +20,14 @@ type Options struct {
 	AllowUnixSockets bool
 }
 
+// Filtered is implemented by a backend whose processes all run behind this
+// package's filter: SeccompOptions says which Options it builds the filter
+// with on this host. `moat run --explain` and `moat policy check --explain`
+// print Policy(SeccompOptions()).
+type Filtered interface {
+	SeccompOptions() Options
+}
+
 // Action is what the filter does with a syscall. The zero value is the
 // strictest action.
 type Action uint8

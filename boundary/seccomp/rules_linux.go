@@ -355,16 +355,17 @@ func syscallRules(opts Options) []sysRule {
 	return rules
 }
 
-// Policy returns the filter's policy with the zero Options (the strictest),
-// one Rule per decision, in the order the filter applies them.
-func Policy() []Rule {
+// Policy returns the policy of the filter that Build(opts) compiles, one
+// Rule per decision, in the order the filter applies them. It is what
+// `moat run --explain` and `moat policy check --explain` print.
+func Policy(opts Options) []Rule {
 	out := []Rule{{Syscall: "*", When: "arch is not " + archName, Action: ActionKillProcess,
 		Why: "syscall numbers mean other things under other ABIs"}}
 	if killX32 {
 		out = append(out, Rule{Syscall: "*", When: "nr has __X32_SYSCALL_BIT", Action: ActionKillProcess,
 			Why: "x32 syscalls share the x86_64 arch value but not its numbers"})
 	}
-	for _, r := range syscallRules(Options{}) {
+	for _, r := range syscallRules(opts) {
 		for _, b := range r.branches {
 			out = append(out, Rule{Syscall: r.name, When: b.when, Action: b.out.action, Errno: b.out.errno, Why: b.why})
 		}

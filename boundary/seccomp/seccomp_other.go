@@ -21,4 +21,4 @@ func Build(opts Options) ([]SockFilter, error) { return nil, unsupported(unsuppo
 func Install(prog []SockFilter) error { return unsupported(unsupportedReason) }
 
 // Policy returns nil: there is no filter on this system.
-func Policy() []Rule { return nil }
+func Policy(Options) []Rule { return nil }

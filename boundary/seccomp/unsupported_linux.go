@@ -13,4 +13,4 @@ func Build(opts Options) ([]unix.SockFilter, error) { return nil, unsupported(un
 func Install(prog []unix.SockFilter) error { return unsupported(unsupportedReason) }
 
 // Policy returns nil on this architecture: there is no filter.
-func Policy() []Rule { return nil }
+func Policy(Options) []Rule { return nil }

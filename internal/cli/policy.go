@@ -5,10 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/boundary/seccomp"
 	"github.com/moat-sandbox/moat/policy"
+	"github.com/moat-sandbox/moat/sandbox"
 )
 
 func init() { addCommand(newPolicyCmd) }
@@ -48,12 +52,16 @@ type policyCheckResult struct {
 	SHA256   string           `json:"sha256,omitempty"`
 	Policy   *policy.Policy   `json:"policy,omitempty"`
 	Problems []policy.Problem `json:"problems,omitempty"`
+	// Seccomp is the filter of the policy's backend on this host, one
+	// rule a line (--explain only).
+	Seccomp []string `json:"seccomp,omitempty"`
 }
 
 func newPolicyCheckCmd() *cobra.Command {
 	var output *outputFlag
+	var explain bool
 	cmd := &cobra.Command{
-		Use:   "check FILE [-o yaml|json]",
+		Use:   "check FILE [--explain] [-o yaml|json]",
 		Short: "Print the effective policy, or every error in it",
 		Long: `Load FILE as moat would, and print the effective policy: every default
 filled in, every relative path resolved against FILE's directory, sizes
@@ -63,23 +71,31 @@ hold no Unix socket), as at the start of a run.
 If the policy is not valid, every problem is printed on stderr with its
 line and key path, and the exit code is 125.
 
+With --explain, the rules of the seccomp filter that the policy's backend
+puts every process behind on this host follow, one a line, in the order
+the filter decides (as "moat run --explain" prints them).
+
 Output formats:
-  yaml (default)  the effective policy, loadable as a policy file
-  json            {"valid", "file", "sha256", "policy"} or, when invalid,
+  yaml (default)  the effective policy, loadable as a policy file (the
+                  --explain lines are YAML comments)
+  json            {"valid", "file", "sha256", "policy"} (with --explain
+                  also "seccomp": the rules as strings) or, when invalid,
                   {"valid": false, "file", "problems": [{"code", "path",
                   "line", "column", "message"}]} (problems also on stderr)`,
 		Example: `  moat policy check examples/minimal.yaml
-  moat policy check -o json examples/agent-workspace.yaml | jq .sha256`,
+  moat policy check -o json examples/agent-workspace.yaml | jq .sha256
+  moat policy check --explain examples/minimal.yaml`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return policyCheck(cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], output.value)
+			return policyCheck(cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], output.value, explain)
 		},
 	}
 	output = addOutput(cmd, formatYAML, formatJSON)
+	cmd.Flags().BoolVar(&explain, "explain", false, "also print the seccomp filter's rules for the policy's backend on this host")
 	return cmd
 }
 
-func policyCheck(stdout, stderr io.Writer, file, format string) error {
+func policyCheck(stdout, stderr io.Writer, file, format string, explain bool) error {
 	pol, err := policy.Load(file)
 	var pe *policy.Error
 	switch {
@@ -93,14 +109,38 @@ func policyCheck(stdout, stderr io.Writer, file, format string) error {
 		return exitf(ExitRefused, "policy check: %v", err)
 	}
 	sum := pol.SHA256()
+	var filter []string
+	if explain {
+		be, err := boundary.Lookup(pol.Backend)
+		if err != nil {
+			return exitf(ExitRefused, "policy check: %v", err)
+		}
+		var b strings.Builder
+		if f, ok := be.(seccomp.Filtered); ok {
+			sandbox.ExplainFilter(&b, f.SeccompOptions())
+		} else {
+			fmt.Fprintf(&b, "  seccomp filter: the %s backend installs none\n", be.Name())
+		}
+		filter = strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	}
 	if format == "json" {
-		return writePolicyJSON(stdout, policyCheckResult{Valid: true, File: pol.Source, SHA256: sum, Policy: pol})
+		res := policyCheckResult{Valid: true, File: pol.Source, SHA256: sum, Policy: pol}
+		for _, l := range filter[min(1, len(filter)):] { // the rules, without the heading
+			res.Seccomp = append(res.Seccomp, strings.TrimSpace(l))
+		}
+		return writePolicyJSON(stdout, res)
 	}
 	y, err := pol.YAML()
 	if err != nil {
 		return exitf(ExitRefused, "policy check: %v", err)
 	}
 	fmt.Fprintf(stdout, "# effective policy of %s\n# sha256 %s\n%s", pol.Source, sum, y)
+	if explain {
+		fmt.Fprintf(stdout, "# backend %s:\n", pol.Backend)
+		for _, l := range filter {
+			fmt.Fprintf(stdout, "#%s\n", l)
+		}
+	}
 	return nil
 }
 

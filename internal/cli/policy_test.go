@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/boundary/seccomp"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -31,7 +33,7 @@ func TestPolicyCheck(t *testing.T) {
 
 	t.Run("valid yaml", func(t *testing.T) {
 		var so, se bytes.Buffer
-		if err := policyCheck(&so, &se, good, ""); err != nil {
+		if err := policyCheck(&so, &se, good, "", false); err != nil {
 			t.Fatalf("got %v, want success; stderr %s", err, se.String())
 		}
 		// The output is itself a policy, the same one.
@@ -44,9 +46,57 @@ func TestPolicyCheck(t *testing.T) {
 			t.Errorf("output is not the effective policy:\n%s", so.String())
 		}
 	})
+	t.Run("explain", func(t *testing.T) {
+		registerBackends()
+		be, err := boundary.Lookup("native")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rules := seccomp.Policy(be.(seccomp.Filtered).SeccompOptions())
+		var so, se bytes.Buffer
+		if err := policyCheck(&so, &se, good, "", true); err != nil {
+			t.Fatal(err)
+		}
+		// Still the effective policy (the filter is in comments), and
+		// every rule of the native filter is there, in order.
+		p, err := policy.Parse(so.Bytes(), "")
+		if want, _ := policy.Load(good); err != nil || p.SHA256() != want.SHA256() {
+			t.Fatalf("output with --explain is not the effective policy (%v):\n%s", err, so.String())
+		}
+		var lines []string
+		for _, l := range strings.Split(so.String(), "\n") {
+			if r, ok := strings.CutPrefix(l, "#    "); ok {
+				lines = append(lines, r)
+			}
+		}
+		if len(rules) == 0 || len(lines) != len(rules) {
+			t.Fatalf("got %d rule lines, want the %d of seccomp.Policy:\n%s", len(lines), len(rules), so.String())
+		}
+		for i, r := range rules {
+			if lines[i] != r.String() {
+				t.Errorf("rule %d: got %q, want %q", i, lines[i], r.String())
+			}
+		}
+		so.Reset()
+		if err := policyCheck(&so, &se, good, "json", true); err != nil {
+			t.Fatal(err)
+		}
+		var res policyCheckResult
+		if err := json.Unmarshal(so.Bytes(), &res); err != nil || len(res.Seccomp) != len(rules) || res.Seccomp[0] != rules[0].String() {
+			t.Errorf("json --explain: got %d rules (%v), want %d", len(res.Seccomp), err, len(rules))
+		}
+		// Control: without --explain, no filter.
+		so.Reset()
+		if err := policyCheck(&so, &se, good, "json", false); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(so.String(), "seccomp") {
+			t.Errorf("json without --explain mentions seccomp:\n%s", so.String())
+		}
+	})
 	t.Run("valid json", func(t *testing.T) {
 		var so, se bytes.Buffer
-		if err := policyCheck(&so, &se, good, "json"); err != nil {
+		if err := policyCheck(&so, &se, good, "json", false); err != nil {
 			t.Fatal(err)
 		}
 		var r struct {
@@ -60,7 +110,7 @@ func TestPolicyCheck(t *testing.T) {
 	})
 	t.Run("invalid", func(t *testing.T) {
 		var so, se bytes.Buffer
-		err := policyCheck(&so, &se, bad, "")
+		err := policyCheck(&so, &se, bad, "", false)
 		var ee *ExitError
 		if !errors.As(err, &ee) || ee.Code != ExitRefused {
 			t.Fatalf("got %v, want exit %d", err, ExitRefused)
@@ -76,7 +126,7 @@ func TestPolicyCheck(t *testing.T) {
 	})
 	t.Run("invalid json", func(t *testing.T) {
 		var so, se bytes.Buffer
-		err := policyCheck(&so, &se, bad, "json")
+		err := policyCheck(&so, &se, bad, "json", false)
 		var ee *ExitError
 		if !errors.As(err, &ee) || ee.Code != ExitRefused {
 			t.Fatalf("got %v, want exit %d", err, ExitRefused)
@@ -88,7 +138,7 @@ func TestPolicyCheck(t *testing.T) {
 	})
 	t.Run("missing file", func(t *testing.T) {
 		var so, se bytes.Buffer
-		err := policyCheck(&so, &se, filepath.Join(t.TempDir(), "none.yaml"), "")
+		err := policyCheck(&so, &se, filepath.Join(t.TempDir(), "none.yaml"), "", false)
 		var ee *ExitError
 		if !errors.As(err, &ee) || ee.Code != ExitRefused || !strings.Contains(err.Error(), "no such file") {
 			t.Errorf("got %v, want exit %d naming the missing file", err, ExitRefused)

@@ -15,14 +15,15 @@ import (
 	"github.com/moat-sandbox/moat/sandbox"
 )
 
-// Exit codes, as docker run / podman run use them.
+// Exit codes, as docker run / podman run use them (the first three are
+// boundary's, through sandbox).
 const (
-	ExitRefused    = 125 // moat itself refused or failed
-	ExitCannotExec = 126
-	ExitNotFound   = 127
+	ExitRefused    = sandbox.ExitRefused // moat itself refused or failed
+	ExitCannotExec = sandbox.ExitCannotExec
+	ExitNotFound   = sandbox.ExitNotFound
 	ExitIncomplete = 2 // verifiers: valid but incomplete
 	ExitInvalid    = 1 // verifiers: invalid
-	exitUsage      = 125
+	exitUsage      = ExitRefused
 )
 
 // ExitError carries an exit code out of a command. Its message, if any, has
