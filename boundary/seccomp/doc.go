@@ -1,5 +1,8 @@
-// Package seccomp builds and installs the native backend's seccomp filter:
-// the third wall after the namespaces and Landlock.
+// Package seccomp builds and installs moat's seccomp filter, the one filter
+// every process of a sandbox runs behind on both backends: on native the
+// third wall after the namespaces and Landlock, installed by the stage; on
+// gVisor installed by the stage inside the sentry, which enforces it. Each
+// backend says which [Options] it builds it with ([Filtered]).
 //
 // The filter is a classic-BPF program over struct seccomp_data. It decides:
 //
