@@ -323,9 +323,6 @@ func granted(pol *policy.Policy, p string) bool {
 	return false
 }
 
-// within is fsutil.Within (session.go's name for it).
-func within(p, dir string) bool { return fsutil.Within(p, dir) }
-
 func explain(w io.Writer, backend string, p boundary.Properties, l boundary.LimitsStatus) {
 	fmt.Fprintf(w, "moat: boundary confirmed by measurement (backend %s)\n", backend)
 	for _, np := range p.Named() {

@@ -21,6 +21,7 @@ import (
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/boundary/measure"
 	"github.com/moat-sandbox/moat/broker"
+	"github.com/moat-sandbox/moat/internal/fsutil"
 	"github.com/moat-sandbox/moat/internal/reaper"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -623,7 +624,7 @@ func (s *Session) Close(code int, reason audit.TerminalReason) {
 // inGrant reports whether p lies within one of the policy's grants.
 func inGrant(pol *policy.Policy, p string) bool {
 	for _, g := range append(append([]string{}, pol.Filesystem.ReadOnly...), pol.Filesystem.ReadWrite...) {
-		if within(p, g) {
+		if fsutil.Within(p, g) {
 			return true
 		}
 	}
