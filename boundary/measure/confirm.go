@@ -20,6 +20,7 @@ import (
 
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/internal/exehash"
+	"github.com/moat-sandbox/moat/internal/fsutil"
 )
 
 // Limits and timeouts of the host side.
@@ -98,7 +99,7 @@ func Confirm(ctx context.Context, sb boundary.Sandbox, cfg Config) (boundary.Pro
 	// What the helper may leave in the read-write grants if moat is
 	// killed mid-measurement is the reaper's before it exists.
 	for i, p := range pl.Probes {
-		if p.Op == opWrite && slices.ContainsFunc(cfg.ReadWrite, func(g string) bool { return within(p.Path, g) }) {
+		if p.Op == opWrite && slices.ContainsFunc(cfg.ReadWrite, func(g string) bool { return fsutil.Within(p.Path, g) }) {
 			f := filepath.Join(p.Path, probeFileName(pl.Nonce, i))
 			cfg.Reaper.OwnFile(f)
 			defer cfg.Reaper.Done(f)

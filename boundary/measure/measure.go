@@ -13,6 +13,7 @@ import (
 	"github.com/go-json-experiment/json"
 
 	"github.com/moat-sandbox/moat/confirmation"
+	"github.com/moat-sandbox/moat/internal/fsutil"
 	"github.com/moat-sandbox/moat/internal/reaper"
 	"github.com/moat-sandbox/moat/internal/reexec"
 )
@@ -220,14 +221,6 @@ func (cfg *Config) validate(listenerPort int) error {
 	return nil
 }
 
-// within reports whether p is dir or lies below it.
-func within(p, dir string) bool {
-	if dir == "/" {
-		return true
-	}
-	return p == dir || strings.HasPrefix(p, dir+"/")
-}
-
 // buildPlan turns a validated Config into probes. Directory secrets are
 // listed here, on the host.
 func buildPlan(cfg Config, nonce string) (plan, error) {
@@ -245,7 +238,7 @@ func buildPlan(cfg Config, nonce string) (plan, error) {
 	// /tmp (a tmpfs of its own, see the policy's tmp_size).
 	writable := append([]string{sandboxTmp}, cfg.ReadWrite...)
 	inRW := func(p string) bool {
-		return slices.ContainsFunc(writable, func(g string) bool { return within(p, g) })
+		return slices.ContainsFunc(writable, func(g string) bool { return fsutil.Within(p, g) })
 	}
 
 	// Filesystem.
@@ -352,8 +345,8 @@ func joinHostPort(host string, port int) string {
 // sandbox has a /tmp of its own), so their other entries on the host are
 // probed instead.
 func expandSecret(s string, grants []string) []string {
-	holdsGrant := within(sandboxTmp, s) ||
-		slices.ContainsFunc(grants, func(g string) bool { return g != s && within(g, s) })
+	holdsGrant := fsutil.Within(sandboxTmp, s) ||
+		slices.ContainsFunc(grants, func(g string) bool { return g != s && fsutil.Within(g, s) })
 	if !holdsGrant {
 		return []string{s}
 	}
@@ -367,7 +360,7 @@ func expandSecret(s string, grants []string) []string {
 	var out []string
 	for _, n := range names {
 		p := filepath.Join(s, n)
-		if within(sandboxTmp, p) || slices.ContainsFunc(grants, func(g string) bool { return within(g, p) || within(p, g) }) {
+		if fsutil.Within(sandboxTmp, p) || slices.ContainsFunc(grants, func(g string) bool { return fsutil.Within(g, p) || fsutil.Within(p, g) }) {
 			continue // a grant, inside one, or on the way to one or to /tmp
 		}
 		out = append(out, p)
