@@ -11,6 +11,7 @@ import (
 	"github.com/moat-sandbox/moat/conformance"
 	"github.com/moat-sandbox/moat/evidence"
 	"github.com/moat-sandbox/moat/evidence/probe"
+	"github.com/moat-sandbox/moat/internal/mcpcalc"
 	"github.com/moat-sandbox/moat/internal/reaper"
 	"github.com/moat-sandbox/moat/internal/reexec"
 	"github.com/moat-sandbox/moat/sandbox"
@@ -42,6 +43,8 @@ var hidden = []reexec.Helper{
 
 	// moat demo: the agent, so that `go run ./cmd/moat demo` needs no second binary.
 	{Name: evidence.DemoAgentHelper, Main: demoAgentMain},
+	// moat demo and moat evidence run: the example MCP tool server (examples/mcp-calc).
+	{Name: mcpcalc.Helper, Main: mcpcalc.HelperMain},
 
 	// moat conformance: the suite's probe, setuid check and receiver.
 	{Name: conformance.ProbeHelper, Main: conformance.ProbeMain},
