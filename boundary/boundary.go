@@ -268,6 +268,18 @@ func namesLocked() []string {
 
 // Spec is what a backend needs to prepare a sandbox. The policy has been
 // loaded and validated; its paths are absolute.
+//
+// It carries the whole *policy.Policy, not a compiled spec of what the
+// backends read (the grants, volumes, /tmp size, uid/gid and host ids,
+// limits, Landlock floor), and so boundary links policy (deps_test.go
+// allows it). Not yet compiled, because three of those are decided per
+// backend from the policy at Prepare: the host ids
+// (policy.ResolveHostIDs with the caller's euid on native, as root on
+// gVisor, each with its own owner check), the grant plan (resolved by
+// the backend at the moment the check-then-mount tests stop it, between
+// planning and mounting) and the volumes (native only). A compiled spec
+// must carry those decisions as values first; until then the backends
+// read the policy, and nothing else of it than the fields named above.
 type Spec struct {
 	RunID  string
 	Policy *policy.Policy
