@@ -34,7 +34,22 @@ type Case struct {
 	// each computed from the raw host record; a missing one is missing
 	// evidence.
 	HostChecks []string `json:"host_checks,omitempty"`
+	// Tool is the case's MCP tool server (issue 12): "" none,
+	// ToolCommand the calc server started by moat in its own sandbox,
+	// ToolDetach the same with a detached (setsid) child, ToolURL the
+	// controller's own streamable-HTTP server on the host's loopback.
+	Tool string `json:"tool,omitempty"`
+	// KillMoat: the controller SIGKILLs moat once the tool call has
+	// returned (the journal then ends without run.terminated).
+	KillMoat bool `json:"kill_moat,omitempty"`
 }
+
+// Case.Tool values.
+const (
+	ToolCommand = "command"
+	ToolDetach  = "command-detach"
+	ToolURL     = "url"
+)
 
 // ProviderMode is how the synthetic provider answers the request labelled
 // "trigger".
@@ -90,6 +105,17 @@ var Cases = []Case{
 		HostChecks: []string{CheckPlanted, CheckLaterRunRefused, CheckRunInfoReplaced, CheckTargetsUnchanged}},
 	{Name: "inotify-counter", Description: "while the probe holds every inotify instance it can make, the sandbox's owner uid on the host can still make one; the instances the workload holds are counted from the host", Controls: beforeAfter, Refusal: true,
 		HostChecks: []string{CheckInotifyBefore, CheckInotifyDuring}},
+	// Tools through the one way out (issue 12), appended after those.
+	{Name: "tool-call", Description: "a tool call to a command MCP server returns its result to the workload, while in the same run the workload's reads of a host file outside the grants, deliveries to every host receiver and SIGKILLs at moat's and the server's host pids are denied (the server answers a second call after them)", Controls: []string{"before", "tool-result", "tool-result-after", "after"}, Refusal: true, Tool: ToolCommand,
+		HostChecks: []string{CheckToolResult, CheckHostCanary, CheckToolSignals}},
+	{Name: "tool-unlisted", Description: "tools the policy does not list (mul, and env with the attack marker) are refused and journaled as tool.refused; the server's own log shows the listed call and neither of them", Controls: []string{"before", "tool-result", "after"}, Refusal: true, Tool: ToolCommand,
+		HostChecks: []string{CheckToolResult, CheckToolLogged, CheckToolUnlisted}},
+	{Name: "tool-secrets", Description: "the server's environment, read by the host from /proc, holds what its policy entry gives it (env and credential_env) and not a canary or the provider credentials in moat's environment", Controls: []string{"before", "tool-result", "after"}, Refusal: true, Tool: ToolCommand,
+		HostChecks: []string{CheckToolResult, CheckToolEnvGiven, CheckToolNoSecrets}},
+	{Name: "tool-reaped", Description: "after a tool call, SIGKILL of moat ends the server and the detached (setsid) child it started, observed from the host by pid and start time", Controls: []string{"before", "tool-result"}, Refusal: true, Tool: ToolDetach, KillMoat: true,
+		HostChecks: []string{CheckToolResult, CheckToolDetached, CheckToolReaped}},
+	{Name: "tool-url-pre-effect", Description: "each tools/call that reaches a url MCP server carries its tool.requested record in Moat-Pre-Effect, verified by the server natively and with openssl against the pinned run key, its arguments digest matching the bytes received, the line in the journal", Controls: []string{"before", "tool-result", "tool-result-after", "after"}, Refusal: true, Tool: ToolURL,
+		HostChecks: []string{CheckToolResult, CheckToolPreEffect}},
 }
 
 func seqLabels(n int) []string {

@@ -220,7 +220,8 @@ func (s *suite) prepare() error {
 	if err := copyFile(s.Probe, s.probe, 0o755); err != nil {
 		return fmt.Errorf("copy probe: %w", err)
 	}
-	s.creds = map[string]string{"anthropic": "sk-ant-synthetic-" + randHex(24), "openai": "sk-synthetic-" + randHex(24)}
+	s.creds = map[string]string{"anthropic": "sk-ant-synthetic-" + randHex(24), "openai": "sk-synthetic-" + randHex(24),
+		credTool: "tool-synthetic-" + randHex(24)}
 	return nil
 }
 

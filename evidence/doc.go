@@ -29,6 +29,10 @@
 //	                           credentials replaced by RedactedCredential
 //	    later-runs.out         a multi-run case's later runs: probe stdout and moat
 //	                           stderr under "== run N … ==" lines
+//	    tool-calls.jsonl       a command tool case's server log: one ToolLogLine
+//	                           per call that reached the server
+//	    tool-events.jsonl      the url tool case: one ToolEvent per tools/call the
+//	                           controller's MCP server received
 //	manifest.json      {"version":1,"files":{"<relative path>":"<sha256 hex>",…}}
 //
 // A bundle holds exactly these files: nothing else at the top, and in a
@@ -120,6 +124,45 @@
 //     must succeed (inotify-during). Control: the same before the run
 //     (inotify-before). On gVisor the instances live in the sentry and the
 //     host counts none.
+//
+// The last five take tools through the one way out (issue 12). Their
+// server is the calc server of the moat binary under test (the hidden
+// helper __moat-demo-calc, examples/mcp-calc's code) run from a copy of
+// the binary in the case's scratch, so that the host finds its processes
+// by executable; its policy entry lists one tool, add, grants it that copy
+// and a log directory, and gives it LANG and a synthetic credential
+// (credential_env). moat's environment also holds a canary
+// (MOAT_EVIDENCE_TOOL_CANARY). The probe calls add with operands the
+// controller chose, through the broker with the official Go SDK's client,
+// and sends the result to the provider as a control (check tool-result:
+// a verified request carries the sum, the journal a tool.completed).
+//
+//   - tool-call: in the same run the probe reads a host file outside the
+//     grants (its content a canary: host-canary), delivers to every host
+//     receiver, and SIGKILLs moat's and the server's host pids, which the
+//     controller wrote into the workspace; the host sees both alive with
+//     their start times after the signals (tool-signals), and the server
+//     answers a second call (control tool-result-after).
+//   - tool-unlisted: mul and env (with the attack marker) are not listed:
+//     the journal holds their tool.refused, and the server's own log
+//     (tool-calls.jsonl) holds the add call with its canonical arguments
+//     (control tool-logged) and nothing else (tool-unlisted).
+//   - tool-secrets: at Ready the host reads the server's environment from
+//     /proc/<pid>/environ (names, sha256 of values): it holds LANG and the
+//     credential (control tool-env-given) and neither the canary nor the
+//     provider credentials, by name or value (tool-no-secrets).
+//   - tool-reaped: the server starts a detached (setsid) child; after the
+//     call the host records moat, the server and the child by pid, start
+//     time and session (control tool-detached), SIGKILLs moat, and sees
+//     every one gone (tool-reaped). The journal ends without
+//     run.terminated (Case.KillMoat).
+//   - tool-url-pre-effect: the server is the controller's own MCP server
+//     (the SDK's streamable HTTP) on 127.0.0.1, a url entry. Each tools/call
+//     it receives must carry one Moat-Pre-Effect: the run's tool.requested
+//     for that tool whose arguments digest and length are the bytes
+//     received, verified natively and with openssl pkeyutl against the
+//     pinned key, and a line of the journal (tool-pre-effect); otherwise it
+//     answers 500.
 //
 // A case with later runs (planted-grant-symlink, run-info-symlink) keeps
 // run 1 as the case's ordinary run (run info, journal, controls,

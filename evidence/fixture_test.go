@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -106,6 +107,9 @@ func writeFakeCase(t *testing.T, dir string, c Case) {
 		if l == "nested-read" {
 			body = []byte(`{"messages":[{"content":"` + ControlPrefix + "nested-read data=" + fakeGranted + `"}]}`)
 		}
+		if l == "tool-result" {
+			body = []byte(`{"messages":[{"content":"` + ControlPrefix + "tool-result data=" + fakeToolSum + `"}]}`)
+		}
 		n++
 		id := "req-" + l
 		line := app(audit.InferenceRequested{RequestID: id, Provider: "anthropic", API: "anthropic-messages", Endpoint: "/v1/messages",
@@ -118,6 +122,7 @@ func writeFakeCase(t *testing.T, dir string, c Case) {
 		b, _ := json.Marshal(ev)
 		events = append(append(events, b...), '\n')
 	}
+	toolFiles := fakeToolCase(c, app)
 	host := HostRecord{RunInfo: true, ExitCode: 0, RunID: run, HostPID: 100, WorkloadPID: 101,
 		NetNSPrivate: boolp(true), MntNSPrivate: boolp(true), NoNewPrivs: boolp(true), WorkerGone: boolp(true), StagingRemoved: boolp(true),
 		Missing: []string{}, Notes: []string{}}
@@ -127,6 +132,8 @@ func writeFakeCase(t *testing.T, dir string, c Case) {
 	case c.Cancel:
 		host.ExitCode = 125
 		app(audit.RunTerminated{Reason: audit.ReasonCancelled, ExitCode: 125})
+	case c.KillMoat:
+		host.ExitCode = -1 // SIGKILLed: no run.terminated
 	default:
 		app(audit.RunTerminated{Reason: audit.ReasonCompleted, ExitCode: 0})
 	}
@@ -149,6 +156,9 @@ func writeFakeCase(t *testing.T, dir string, c Case) {
 	}
 	if later != nil {
 		files[FileLaterRuns] = later
+	}
+	for name, b := range toolFiles {
+		files[name] = b
 	}
 	if c.Provider == ProviderRedirect {
 		b, _ := json.Marshal(ReceiverEvent{Receiver: RecvRedirect, Kind: "control", Time: "t", Bytes: 40, SHA256: sha(nil)})
@@ -274,7 +284,60 @@ func fakeHostCase(c Case, h *HostRecord) []byte {
 	case "inotify-counter":
 		h.Inotify = &InotifyRecord{Owner: 65534, Before: "ok", Held: true, During: "ok", WorkloadFDs: 16}
 	}
+	if c.Tool != "" {
+		h.Values = map[string]string{ValueToolArgs: fakeToolArgs, ValueToolSum: fakeToolSum,
+			ValueToolEnvSHA: "LANG=" + sha([]byte(toolServerLang)) + "," + ToolCredEnv + "=" + sha([]byte("tool-cred")),
+			ValueSecretsSHA: ToolCanaryEnv + "=" + sha([]byte("canary")) + "," + CredEnvAnthropic + "=" + sha([]byte("a")) + "," + CredEnvOpenAI + "=" + sha([]byte("o"))}
+	}
+	proc := func(when, role string, pid, sid int, alive bool) ProcRecord {
+		return ProcRecord{When: when, Role: role, PID: pid, Start: "123", SID: sid, Alive: alive}
+	}
+	switch c.Name {
+	case "tool-call":
+		h.Values[ValueCanary] = "MOAT-HOST-CANARY-fake"
+		for _, w := range []string{procWhenReady, procWhenSignaled} {
+			h.ToolProcs = append(h.ToolProcs, proc(w, "moat", 90, 1, true), proc(w, "server", 200, 200, true))
+		}
+	case "tool-secrets":
+		h.ToolEnv = map[string]string{"LANG": sha([]byte(toolServerLang)), ToolCredEnv: sha([]byte("tool-cred"))}
+	case "tool-reaped":
+		for _, w := range []string{procWhenBefore, procWhenAfter} {
+			alive := w == procWhenBefore
+			h.ToolProcs = append(h.ToolProcs, proc(w, "moat", 90, 1, alive), proc(w, "server", 200, 200, alive), proc(w, "server", 201, 201, alive))
+		}
+	}
 	return nil
+}
+
+// The add call of the fake tool cases.
+const (
+	fakeToolArgs = `{"a":12,"b":30}`
+	fakeToolSum  = "42"
+)
+
+// fakeToolCase journals a clean tool case's records with app and returns
+// its tool raw files (the server's log, or the url server's events).
+func fakeToolCase(c Case, app func(audit.Record) string) map[string][]byte {
+	if c.Tool == "" {
+		return nil
+	}
+	attr := audit.Attribution{Status: confirmation.AttributionUnavailable, Reason: "test"}
+	line := app(audit.ToolRequested{CallID: "moatcall_000000000000000000000001", Server: probe.ToolServer, Tool: toolAllowed,
+		ArgumentsSHA256: sha([]byte(fakeToolArgs)), ArgumentsBytes: int64(len(fakeToolArgs)), Attribution: attr})
+	app(audit.ToolCompleted{CallID: "moatcall_000000000000000000000001", ResultSHA256: sha(nil)})
+	if c.Name == "tool-unlisted" {
+		for i, tool := range []string{toolUnlistedMul, toolUnlistedEnv} {
+			app(audit.ToolRefused{CallID: fmt.Sprintf("moatcall_00000000000000000000001%d", i), Server: probe.ToolServer, Method: "tools/call", Tool: tool,
+				Reason: "tool_not_allowed", Detail: "not allowed", Attribution: attr})
+		}
+	}
+	if c.Tool == ToolURL {
+		b, _ := json.Marshal(ToolEvent{N: 1, Time: "t", Method: "tools/call", Tool: toolAllowed, Arguments: fakeToolArgs,
+			PreEffect: line, PreEffectCount: 1, NativeVerified: true, OpenSSLVerified: true})
+		return map[string][]byte{FileToolEvents: append(b, '\n')}
+	}
+	b, _ := json.Marshal(ToolLogLine{Tool: toolAllowed, Arguments: fakeToolArgs})
+	return map[string][]byte{FileToolLog: append(b, '\n')}
 }
 
 func runInfoJSON(run string, pem []byte) []byte {

@@ -2,6 +2,7 @@ package evidence
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"fmt"
 	"strings"
 
@@ -139,6 +140,14 @@ type checkInput struct {
 	verified [][]byte        // bodies of verified provider requests
 	events   []ProviderEvent // every provider request
 	outputs  [][]byte        // probe.out, moat.err, later-runs.out
+	// The tool cases' inputs.
+	records         []journalRecord // the journal's records (none if it is missing)
+	pub             ed25519.PublicKey
+	runID           string
+	toolLog         []ToolLogLine
+	toolLogExists   bool
+	toolEvents      []ToolEvent
+	toolEventsExist bool
 }
 
 var hostChecks = map[string]struct {
@@ -156,6 +165,15 @@ var hostChecks = map[string]struct {
 	CheckTargetsUnchanged: {false, checkTargetsUnchanged},
 	CheckInotifyBefore:    {true, checkInotifyBefore},
 	CheckInotifyDuring:    {false, checkInotifyDuring},
+	CheckToolResult:       {true, checkToolResult},
+	CheckToolSignals:      {false, checkToolSignals},
+	CheckToolLogged:       {true, checkToolLogged},
+	CheckToolUnlisted:     {false, checkToolUnlisted},
+	CheckToolEnvGiven:     {true, checkToolEnvGiven},
+	CheckToolNoSecrets:    {false, checkToolNoSecrets},
+	CheckToolDetached:     {true, checkToolDetached},
+	CheckToolReaped:       {false, checkToolReaped},
+	CheckToolPreEffect:    {false, checkToolPreEffect},
 }
 
 // computeHostChecks runs the case's host checks, in the case's order.

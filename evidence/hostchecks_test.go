@@ -3,6 +3,7 @@ package evidence
 import (
 	_ "embed"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,6 +35,26 @@ func setPath(h *HostRecord, when, path string, edit func(p *PathRecord)) {
 		}
 	}
 	panic("no path record " + when + " " + path)
+}
+
+func setProc(h *HostRecord, when string, pid int, alive bool) {
+	for i := range h.ToolProcs {
+		if h.ToolProcs[i].When == when && h.ToolProcs[i].PID == pid {
+			h.ToolProcs[i].Alive = alive
+			return
+		}
+	}
+	panic(fmt.Sprintf("no process record %s %d", when, pid))
+}
+
+func dropProcs(h *HostRecord, when string) {
+	var keep []ProcRecord
+	for _, p := range h.ToolProcs {
+		if p.When != when {
+			keep = append(keep, p)
+		}
+	}
+	h.ToolProcs = keep
 }
 
 func dropPath(h *HostRecord, when, path string) {
@@ -126,6 +147,75 @@ func TestHostChecksFromRawFiles(t *testing.T) {
 		{"before control failed", "inotify-counter", func(h *HostRecord) { h.Inotify.Before = "inotify_init1: too many open files" }, nil, OutcomeInvalid},
 		{"probe never held", "inotify-counter", func(h *HostRecord) { h.Inotify.Held, h.Inotify.During = false, "" }, nil, OutcomeInvalid},
 		{"not measured", "inotify-counter", func(h *HostRecord) { h.Inotify = nil }, nil, OutcomeInvalid},
+		// tool-call
+		{"the probe's SIGKILL ended the server", "tool-call", func(h *HostRecord) { setProc(h, procWhenSignaled, 200, false) }, nil, OutcomeFail},
+		{"the probe's SIGKILL ended moat", "tool-call", func(h *HostRecord) { setProc(h, procWhenSignaled, 90, false) }, nil, OutcomeFail},
+		{"processes not seen after the signals", "tool-call", func(h *HostRecord) { dropProcs(h, procWhenSignaled) }, nil, OutcomeInvalid},
+		{"server not seen at Ready", "tool-call", func(h *HostRecord) { setProc(h, procWhenReady, 200, false) }, nil, OutcomeInvalid},
+		{"host file at the provider", "tool-call", nil, func(t *testing.T, dir string) {
+			if err := appendLine(filepath.Join(dir, FileProviderEvents), ProviderEvent{N: 9, Method: "POST", Path: "/v1/messages", Body: []byte("MOAT-HOST-CANARY-fake"), CredentialOK: true}); err != nil {
+				t.Fatal(err)
+			}
+		}, OutcomeFail},
+		{"tool result not at the provider", "tool-call", func(h *HostRecord) { h.Values[ValueToolSum] = "43" }, nil, OutcomeInvalid},
+		// tool-unlisted
+		{"an unlisted tool reached the server", "tool-unlisted", nil, func(t *testing.T, dir string) {
+			if err := appendLine(filepath.Join(dir, FileToolLog), ToolLogLine{Tool: "mul", Arguments: `{"a":1,"b":2}`}); err != nil {
+				t.Fatal(err)
+			}
+		}, OutcomeFail},
+		{"the attack marker reached the server", "tool-unlisted", nil, func(t *testing.T, dir string) {
+			if err := appendLine(filepath.Join(dir, FileToolLog), ToolLogLine{Tool: "add", Arguments: `{"a":"` + AttackMarker + `"}`}); err != nil {
+				t.Fatal(err)
+			}
+		}, OutcomeFail},
+		{"the listed call is not in the server's log", "tool-unlisted", nil, func(t *testing.T, dir string) {
+			writeFile(t, filepath.Join(dir, FileToolLog), nil)
+		}, OutcomeInvalid},
+		{"no server log", "tool-unlisted", nil, func(t *testing.T, dir string) {
+			if err := os.Remove(filepath.Join(dir, FileToolLog)); err != nil {
+				t.Fatal(err)
+			}
+		}, OutcomeInvalid},
+		// tool-secrets
+		{"the canary's value in the server's environment", "tool-secrets", func(h *HostRecord) { h.ToolEnv["X"] = sha([]byte("canary")) }, nil, OutcomeFail},
+		{"a provider credential's name in the server's environment", "tool-secrets", func(h *HostRecord) { h.ToolEnv[CredEnvOpenAI] = sha(nil) }, nil, OutcomeFail},
+		{"the server's credential not given", "tool-secrets", func(h *HostRecord) { h.ToolEnv[ToolCredEnv] = sha(nil) }, nil, OutcomeInvalid},
+		{"the server's environment not read", "tool-secrets", func(h *HostRecord) { h.ToolEnv = nil }, nil, OutcomeInvalid},
+		// tool-reaped
+		{"the detached child outlived moat", "tool-reaped", func(h *HostRecord) { setProc(h, procWhenAfter, 201, true) }, nil, OutcomeFail},
+		{"no detached child seen", "tool-reaped", func(h *HostRecord) {
+			var keep []ProcRecord
+			for _, p := range h.ToolProcs {
+				if p.PID != 201 {
+					keep = append(keep, p)
+				}
+			}
+			h.ToolProcs = keep
+		}, nil, OutcomeInvalid},
+		{"not observed after the kill", "tool-reaped", func(h *HostRecord) { dropProcs(h, procWhenAfter) }, nil, OutcomeInvalid},
+		// tool-url-pre-effect
+		{"a call without its pre-effect record", "tool-url-pre-effect", nil, func(t *testing.T, dir string) {
+			if err := appendLine(filepath.Join(dir, FileToolEvents), ToolEvent{N: 2, Method: "tools/call", Tool: "add", Arguments: "{}", Detail: "0 Moat-Pre-Effect headers, want 1"}); err != nil {
+				t.Fatal(err)
+			}
+		}, OutcomeFail},
+		{"a call whose arguments differ from its record", "tool-url-pre-effect", nil, func(t *testing.T, dir string) {
+			evs, err := readJSONLines[ToolEvent](filepath.Join(dir, FileToolEvents))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev := evs[0]
+			ev.N, ev.Arguments = 2, `{"a":12,"b":31}`
+			if err := appendLine(filepath.Join(dir, FileToolEvents), ev); err != nil {
+				t.Fatal(err)
+			}
+		}, OutcomeFail},
+		{"no url server events", "tool-url-pre-effect", nil, func(t *testing.T, dir string) {
+			if err := os.Remove(filepath.Join(dir, FileToolEvents)); err != nil {
+				t.Fatal(err)
+			}
+		}, OutcomeInvalid},
 	}
 	for _, c := range Cases[20:] {
 		t.Run("clean/"+c.Name, func(t *testing.T) {
@@ -196,8 +286,24 @@ func TestVerifierRecomputesHostChecks(t *testing.T) {
 					setPath(h, WhenAfter, "outside/ri-target-1", func(p *PathRecord) { p.SHA256 = sha(nil) })
 				case "inotify-counter":
 					h.Inotify.During = "inotify_init1: too many open files"
+				case "tool-call":
+					setProc(h, procWhenSignaled, 200, false)
+				case "tool-secrets":
+					h.ToolEnv[ToolCanaryEnv] = sha(nil)
+				case "tool-reaped":
+					setProc(h, procWhenAfter, 201, true)
 				}
 			})
+			switch c.Name {
+			case "tool-unlisted":
+				if err := appendLine(filepath.Join(dir, FileToolLog), ToolLogLine{Tool: "mul", Arguments: "{}"}); err != nil {
+					t.Fatal(err)
+				}
+			case "tool-url-pre-effect":
+				if err := appendLine(filepath.Join(dir, FileToolEvents), ToolEvent{N: 2, Method: "tools/call", Tool: "add"}); err != nil {
+					t.Fatal(err)
+				}
+			}
 			if err := ResignReport(out, nil); err != nil {
 				t.Fatal(err)
 			}

@@ -28,7 +28,11 @@ const (
 	FileMoatErr        = "moat.err"
 	// FileLaterRuns holds the probe's stdout and moat's stderr of a
 	// multi-run case's later runs, each under a "== run N … ==" line.
-	FileLaterRuns       = "later-runs.out"
+	FileLaterRuns = "later-runs.out"
+	// FileToolLog is the calc server's own log of the calls that reached
+	// it; FileToolEvents the url tool server's events (the tool cases).
+	FileToolLog         = "tool-calls.jsonl"
+	FileToolEvents      = "tool-events.jsonl"
 	maxSmallFile        = 1 << 20
 	preEffectHeaderName = "moat-pre-effect"
 )
@@ -60,6 +64,11 @@ type HostRecord struct {
 	Paths   []PathRecord      `json:"paths,omitempty"`  // host lstats
 	Values  map[string]string `json:"values,omitempty"` // what the controller placed
 	Inotify *InotifyRecord    `json:"inotify,omitempty"`
+	// The tool cases': the host's view of moat and the tool server's
+	// processes, and the server's environment (NAME: sha256 of the value)
+	// as the host read it from /proc.
+	ToolProcs []ProcRecord      `json:"tool_procs,omitempty"`
+	ToolEnv   map[string]string `json:"tool_env,omitempty"`
 }
 
 // Observations are a case's controller-owned observations, computed from
@@ -271,7 +280,20 @@ func ObserveCase(dir string, c Case) (Observations, error) {
 		}
 	}
 	if len(c.HostChecks) > 0 {
-		o.HostChecks = computeHostChecks(c, checkInput{host: host, verified: verified, events: evs, outputs: outputs})
+		in := checkInput{host: host, verified: verified, events: evs, outputs: outputs, records: jr.Records, pub: pub, runID: host.RunID}
+		if c.Tool != "" {
+			in.toolLog, err = readJSONLines[ToolLogLine](filepath.Join(dir, FileToolLog))
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return o, err
+			}
+			in.toolLogExists = err == nil
+			in.toolEvents, err = readJSONLines[ToolEvent](filepath.Join(dir, FileToolEvents))
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return o, err
+			}
+			in.toolEventsExist = err == nil
+		}
+		o.HostChecks = computeHostChecks(c, in)
 	}
 	return o, nil
 }

@@ -38,6 +38,7 @@ type caseRun struct {
 	extraRO   []string // read-only grants beyond the system ones
 	target    string   // the probe's --target
 	laterRuns []byte   // later-runs.out
+	tool      *toolRun // the tool cases' (tools.go)
 }
 
 func (s *suite) runCase(ctx context.Context, c Case) (CaseReport, error) {
@@ -85,6 +86,9 @@ func (r *caseRun) close() {
 	if r.redirect != nil {
 		r.redirect.Close()
 	}
+	if r.tool != nil && r.tool.url != nil {
+		r.tool.url.Close()
+	}
 	if r.fault != nil {
 		if err := r.fault.unmount(); err != nil {
 			r.host.Notes = append(r.host.Notes, "unmount fault tmpfs: "+err.Error())
@@ -118,6 +122,9 @@ func (r *caseRun) execute(ctx context.Context) error {
 	}
 
 	if err := r.setupHostCase(); err != nil {
+		return err
+	}
+	if err := r.setupTool(); err != nil {
 		return err
 	}
 	var err error
@@ -178,6 +185,7 @@ func (r *caseRun) policy() []byte {
 	}
 	// The backend is chosen with --backend on the command line, which
 	// overrides the policy's and never falls back.
+	tools := r.toolPolicy(ro[:len(ro)-1-len(r.extraRO)])
 	return []byte(fmt.Sprintf(`version: 1
 filesystem:
   read_only: [%s]
@@ -202,8 +210,8 @@ inference:
       models: [%s]
 audit:
   dir: %s
-`, strings.Join(ro, ", "), r.workspace, workloadUID, workloadUID, max, r.prov.URL(), CredEnvAnthropic, ModelAnthropic,
-		r.prov.URL(), CredEnvOpenAI, ModelOpenAI, r.auditDir))
+%s`, strings.Join(ro, ", "), r.workspace, workloadUID, workloadUID, max, r.prov.URL(), CredEnvAnthropic, ModelAnthropic,
+		r.prov.URL(), CredEnvOpenAI, ModelOpenAI, r.auditDir, tools))
 }
 
 // Marker files the controller writes in the workspace for the probe.
@@ -228,6 +236,9 @@ func (r *caseRun) moatArgs(polPath, riPath string, run int) []string {
 	if r.target != "" {
 		args = append(args, "--target", r.target)
 	}
+	if r.tool != nil {
+		args = append(args, "--tool-args", r.tool.args)
+	}
 	if run > 1 {
 		args = append(args, "--run", strconv.Itoa(run))
 	}
@@ -244,6 +255,9 @@ func (r *caseRun) runMoat(ctx context.Context, polPath string) error {
 	cmd := exec.CommandContext(cctx, r.s.Binary, args...)
 	cmd.Dir = r.sdir
 	cmd.Env = append(cleanEnv(), CredEnvAnthropic+"="+r.s.creds["anthropic"], CredEnvOpenAI+"="+r.s.creds["openai"])
+	if r.tool != nil {
+		cmd.Env = append(cmd.Env, r.tool.env...)
+	}
 	var stdout, stderr capBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	defer func() {
@@ -256,6 +270,9 @@ func (r *caseRun) runMoat(ctx context.Context, polPath string) error {
 	exited := make(chan struct{})
 	var waitErr error
 	go func() { waitErr = cmd.Wait(); close(exited) }()
+	if r.tool != nil {
+		r.tool.moatPID = cmd.Process.Pid
+	}
 
 	ri, riRaw, err := waitRunInfo(riPath, exited)
 	var faultWG sync.WaitGroup
@@ -264,6 +281,13 @@ func (r *caseRun) runMoat(ctx context.Context, polPath string) error {
 		r.host.RunID, r.host.HostPID, r.host.WorkloadPID = ri.RunID, ri.HostPID, ri.WorkloadPID
 		os.WriteFile(filepath.Join(r.dir, FileRunInfo), riRaw, 0o644)
 		err = r.ready(ri)
+		if err == nil {
+			err = r.toolReady(ri)
+		}
+		if err == nil && r.tool != nil {
+			faultWG.Add(1)
+			go func() { defer faultWG.Done(); r.toolDuring(exited, cmd.Process) }()
+		}
 		if err == nil && r.fault != nil {
 			faultWG.Add(1)
 			go func() { defer faultWG.Done(); r.injectFault(exited, faultMarker) }()
@@ -305,6 +329,7 @@ func (r *caseRun) runMoat(ctx context.Context, polPath string) error {
 			}
 		}
 	}
+	r.finishTool()
 	return err
 }
 

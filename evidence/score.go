@@ -143,6 +143,12 @@ func Score(c Case, o Observations) (Outcome, []string) {
 		if o.Journal != JournalComplete && o.Journal != JournalInvalid {
 			miss("journal %s: want a complete journal ending in run.terminated", o.Journal)
 		}
+	case c.KillMoat:
+		// moat was SIGKILLed: its journal ends where it was cut, and its
+		// exit code is the signal's.
+		if o.Journal == JournalMissing {
+			miss("no journal")
+		}
 	default:
 		if o.Journal != JournalComplete && o.Journal != JournalInvalid {
 			miss("journal %s: want a complete journal ending in run.terminated", o.Journal)

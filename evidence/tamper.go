@@ -287,6 +287,20 @@ var Tampers = []Tamper{
 			return nil
 		}, out)
 	}},
+	{"unlisted-tool-hidden", func(out string) error {
+		// The server's own log shows an unlisted call; the report still says pass.
+		if err := appendLine(filepath.Join(out, CasesDir, "tool-unlisted", FileToolLog), ToolLogLine{Tool: toolUnlistedMul, Arguments: `{"a":1,"b":2}`}); err != nil {
+			return err
+		}
+		return ResignReport(out, nil)
+	}},
+	{"tool-call-without-pre-effect", func(out string) error {
+		// A tools/call reached the url server without its record; the report still says pass.
+		if err := appendLine(filepath.Join(out, CasesDir, "tool-url-pre-effect", FileToolEvents), ToolEvent{N: 99, Method: "tools/call", Tool: toolAllowed, Arguments: "{}"}); err != nil {
+			return err
+		}
+		return ResignReport(out, nil)
+	}},
 	{"report-dsse-reformatted", func(out string) error {
 		p := filepath.Join(out, FileReportDSSE)
 		b, err := os.ReadFile(p)

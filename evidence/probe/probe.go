@@ -54,6 +54,8 @@ type Config struct {
 	Target string
 	// Run is the run's number within a multi-run case, from 1.
 	Run int
+	// ToolArgs are the tool cases' add operands, "A,B".
+	ToolArgs string
 }
 
 // Main runs the probe with args (without the program name) and returns 0.
@@ -73,6 +75,7 @@ func Main(args []string, stdout io.Writer) int {
 	fs.StringVar(&c.Workspace, "workspace", "", "the writable workspace")
 	fs.StringVar(&c.Target, "target", "", "host path outside the grants for a planted symlink")
 	fs.IntVar(&c.Run, "run", 1, "the run's number within a multi-run case")
+	fs.StringVar(&c.ToolArgs, "tool-args", "", "the tool cases' add operands, A,B")
 	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
 		fmt.Fprintln(stdout, "usage: moat-probe [flags] CASE")
 		fmt.Fprintln(stdout, ClaimsLine)
