@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -321,16 +320,10 @@ func sortedKeys(m map[string]bool) []string {
 	return out
 }
 
-func readCapped(path string, limit int64) ([]byte, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	if st.Size() > limit {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, limit)
-	}
-	return os.ReadFile(path)
-}
+// readCapped reads a regular file of at most limit bytes: it reads no more
+// than limit+1 bytes whatever the file's size says (a stat before a read
+// would let a file that grows in between through), and refuses past limit.
+func readCapped(path string, limit int64) ([]byte, error) { return audit.ReadFileCapped(path, limit) }
 
 // readStrictJSON decodes one JSON value, refusing unknown fields and trailing data.
 func readStrictJSON(path string, v any) error {
