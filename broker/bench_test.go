@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/policy"
 )
 
 // Benchmarks: what the broker adds to a request, against the same request
@@ -38,8 +39,17 @@ const benchAllowance = 1 << 30
 func benchProvider(b *testing.B) (*fakeProvider, *harness) {
 	fp := newFakeProvider(b, false)
 	fp.bare = true
-	h := startBroker(b, fp, testPolicy(fp.srv.URL, benchAllowance), nil)
+	h := startBroker(b, fp, benchPolicy(fp.srv.URL), nil)
 	return fp, h
+}
+
+// benchPolicy is testPolicy with room for the records of a long run: at
+// the default audit.max_bytes (64 MiB) the run ends (journal_limit) after
+// some 45,000 requests, which a few seconds at 32 connections reach.
+func benchPolicy(url string) *policy.Policy {
+	pol := testPolicy(url, benchAllowance)
+	pol.Audit.MaxBytes = audit.MaxJournalBytes / 2
+	return pol
 }
 
 func benchClient() *http.Client {
@@ -73,11 +83,13 @@ func BenchmarkLatency(b *testing.B) {
 			b.ReportAllocs()
 			c := benchClient()
 			var d []time.Duration
+			c0 := cpuTime()
 			for b.Loop() {
 				t0 := time.Now()
 				doPost(b, c, tc.url, anthropicBody)
 				d = append(d, time.Since(t0))
 			}
+			b.ReportMetric(float64((cpuTime()-c0).Microseconds())/float64(len(d)), "cpu-us/op")
 			reportPercentiles(b, d)
 		})
 	}
@@ -164,7 +176,7 @@ func BenchmarkThroughput(b *testing.B) {
 				b.ReportAllocs()
 				var next atomic.Int64
 				var wg sync.WaitGroup
-				start := time.Now()
+				start, c0 := time.Now(), cpuTime()
 				b.ResetTimer()
 				for range conns {
 					wg.Add(1)
@@ -178,6 +190,7 @@ func BenchmarkThroughput(b *testing.B) {
 				}
 				wg.Wait()
 				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "req/s")
+				b.ReportMetric(float64((cpuTime()-c0).Microseconds())/float64(b.N), "cpu-us/op")
 			})
 		}
 	}

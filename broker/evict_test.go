@@ -189,7 +189,7 @@ func TestEvictSlowUploadForMemory(t *testing.T) {
 func BenchmarkLatencyUnderSlowloris(b *testing.B) {
 	fp := newFakeProvider(b, false)
 	fp.bare = true
-	h := startBroker(b, fp, testPolicy(fp.srv.URL, benchAllowance), nil)
+	h := startBroker(b, fp, benchPolicy(fp.srv.URL), nil)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	partial := "POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{"
@@ -227,7 +227,7 @@ func BenchmarkLatencyUnderSlowloris(b *testing.B) {
 		resp, err := io.ReadAll(c)
 		c.Close()
 		if err != nil || !strings.HasPrefix(string(resp), "HTTP/1.1 200") {
-			b.Fatalf("legitimate request under attack: %v %.200q", err, resp)
+			b.Fatalf("legitimate request under attack: %v %.200q (fatal: %v)", err, resp, h.b.Failed())
 		}
 		d = append(d, time.Since(t0))
 	}

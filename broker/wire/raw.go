@@ -395,7 +395,7 @@ func admitCanonical(ep *endpoint, canon []byte, lim Limits) (*Request, *Refusal)
 	if k := rawKind(canon); k != "object" {
 		return nil, refuse(ReasonInvalidJSON, "", "the request body must be a JSON object, got %s", k)
 	}
-	w := &rawWalker{walker: walker{segs: make([]seg, 0, 16)}, mem: make([]member, 0, 64)}
+	w := &rawWalker{walker: walker{segs: make([]seg, 0, 16)}, mem: make([]member, 0, 16)}
 	if r := ep.schema.validateRaw(w, canon); r != nil {
 		return nil, r
 	}
