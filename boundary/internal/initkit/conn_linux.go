@@ -124,39 +124,16 @@ func (c *Conn) Send(m any, fds ...int) error {
 func (c *Conn) Recv(m any) ([]*os.File, error) {
 	// The message's length first: MSG_PEEK|MSG_TRUNC returns the whole
 	// packet's length without taking it, so the buffer fits the message.
-	var size int
-	var rerr error
 	var one [1]byte
-	err := c.rc.Read(func(fd uintptr) bool {
-		for {
-			size, _, _, _, rerr = unix.Recvmsg(int(fd), one[:], nil, unix.MSG_PEEK|unix.MSG_TRUNC)
-			if rerr != unix.EINTR {
-				return rerr != unix.EAGAIN
-			}
-		}
-	})
+	size, _, _, err := c.recvmsg(one[:], nil, unix.MSG_PEEK|unix.MSG_TRUNC)
 	if err != nil {
-		return nil, c.closedErr(err)
-	}
-	if rerr != nil {
-		return nil, rerr
+		return nil, err
 	}
 	buf := make([]byte, min(size, MaxMessage+1))
 	oob := make([]byte, unix.CmsgSpace(MaxFDs*4))
-	var n, oobn, flags int
-	err = c.rc.Read(func(fd uintptr) bool {
-		for {
-			n, oobn, flags, _, rerr = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
-			if rerr != unix.EINTR {
-				return rerr != unix.EAGAIN
-			}
-		}
-	})
+	n, oobn, flags, err := c.recvmsg(buf, oob, unix.MSG_CMSG_CLOEXEC)
 	if err != nil {
-		return nil, c.closedErr(err)
-	}
-	if rerr != nil {
-		return nil, rerr
+		return nil, err
 	}
 	files, ferr := parseRights(oob[:oobn])
 	if n == 0 && oobn == 0 {
@@ -178,6 +155,24 @@ func (c *Conn) Recv(m any) ([]*os.File, error) {
 		return refuse(err)
 	}
 	return files, nil
+}
+
+// recvmsg is one recvmsg(2) on the channel, waiting in the poller until a
+// message (or the end) is there.
+func (c *Conn) recvmsg(p, oob []byte, flags int) (n, oobn, recvflags int, err error) {
+	var rerr error
+	err = c.rc.Read(func(fd uintptr) bool {
+		for {
+			n, oobn, recvflags, _, rerr = unix.Recvmsg(int(fd), p, oob, flags)
+			if rerr != unix.EINTR {
+				return rerr != unix.EAGAIN
+			}
+		}
+	})
+	if err != nil {
+		return 0, 0, 0, c.closedErr(err)
+	}
+	return n, oobn, recvflags, rerr
 }
 
 // closedErr maps the error of an operation on this end, once closed, to
