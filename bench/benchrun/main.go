@@ -196,7 +196,7 @@ func brokerBench() {
 	if quick {
 		bt = "1s"
 	}
-	r := goBench("./broker", "BenchmarkLatency|BenchmarkFsync|BenchmarkSSETTFB", bt)
+	r := goBench("./broker", "BenchmarkLatency$|BenchmarkFsync$|BenchmarkSSETTFB$", bt)
 	direct, broker := r["BenchmarkLatency/direct"], r["BenchmarkLatency/broker"]
 	fsync := r["BenchmarkFsync"]
 	if direct != nil && broker != nil && fsync != nil {
@@ -230,7 +230,7 @@ func brokerBench() {
 		add("streaming TTFB (SSE) vs direct", fmt.Sprintf("%.2f ms (overhead %.2f ms)", b["ttfb-ns"]/1e6, over), fmt.Sprintf("%.2f ms", d["ttfb-ns"]/1e6),
 			b["ttfb-ns"]/d["ttfb-ns"], "overhead < 1 ms", over < 1)
 	}
-	t := goBench("./broker", "BenchmarkThroughput", bt)
+	t := goBench("./broker", "BenchmarkThroughput$", bt)
 	for _, c := range []int{1, 8, 32} {
 		bk, rp := t[fmt.Sprintf("BenchmarkThroughput/broker/conns=%d", c)], t[fmt.Sprintf("BenchmarkThroughput/reverseproxy/conns=%d", c)]
 		if bk == nil || rp == nil {
