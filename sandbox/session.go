@@ -107,6 +107,7 @@ type Session struct {
 	// hashed while the sandbox is prepared and measured (about 10 ms for
 	// 16 MB; the measurement waits for the same hash, see exehash).
 	binary    <-chan binaryHash
+	reaperc   <-chan reaperStart // the reaper, started while the journal is created
 	startMu   sync.Mutex
 	binaryRes *binaryHash // what binary delivered
 	started   bool        // run.started is in the journal
@@ -190,12 +191,14 @@ func Open(ctx context.Context, o SessionOptions) (*Session, error) {
 		}
 		runDir = filepath.Join(pol.Audit.Dir, runID)
 	}
+	reaperc := startReaper()
 	w, err := audit.Create(runDir, runID)
 	if err != nil {
+		(<-reaperc).r.Close()
 		return nil, fmt.Errorf("opening journal: %w", err)
 	}
 	fmt.Fprintf(stderr, "moat: run %s: journal %s (key fingerprint %s; pin it: moat audit verify %s --key-fingerprint %s)\n", runID, w.JournalPath(), w.KeyID(), runDir, w.KeyID())
-	s := &Session{RunID: runID, Backend: be.Name(), pol: pol, w: w, fatal: make(chan Fatal, 1), binary: binary,
+	s := &Session{RunID: runID, Backend: be.Name(), pol: pol, w: w, fatal: make(chan Fatal, 1), binary: binary, reaperc: reaperc,
 		running: map[string]boundary.Running{}, oomAtStart: map[string]uint64{}}
 	if validTerm(o.Term) {
 		s.term = o.Term
@@ -304,6 +307,26 @@ func hashBinary() <-chan binaryHash {
 	return ch
 }
 
+// reaperStart is the started reaper, or why it could not start.
+type reaperStart struct {
+	r   *reaper.Reaper
+	err error
+}
+
+// startReaper starts the reaper in the background (a fork and exec of
+// moat, 1 to 2 ms): open waits for it before it makes anything.
+func startReaper() <-chan reaperStart {
+	ch := make(chan reaperStart, 1)
+	go func() {
+		var rs reaperStart
+		if exe, err := os.Executable(); err == nil {
+			rs.r, rs.err = reaper.Start(exe)
+		}
+		ch <- rs
+	}()
+	return ch
+}
+
 // startRecord appends run.started, the journal's first line, once the
 // binary's hash is known; later calls do nothing. Every other record is
 // appended after it: open appends it once the sandbox is measured, just
@@ -338,11 +361,11 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[strin
 	// The reaper removes the staging directory and the backend's cgroups
 	// if moat dies without doing so itself. It is told the staging
 	// directory before that exists, so that no kill leaves it behind.
-	if exe, err := os.Executable(); err == nil {
-		if s.reaper, err = reaper.Start(exe); err != nil {
-			return err
-		}
+	rs := <-s.reaperc
+	if rs.err != nil {
+		return rs.err
 	}
+	s.reaper = rs.r
 	var rnd [8]byte
 	rand.Read(rnd[:])
 	s.stateDir = filepath.Join(os.TempDir(), "moat-"+s.RunID+"-"+hex.EncodeToString(rnd[:]))
