@@ -294,8 +294,24 @@ func workloadEnv(pol *policy.Policy, extra []string) []string {
 // home and working directory when they are not granted.
 func hostSecrets(stateDir string, pol *policy.Policy) ([]string, error) {
 	sentinel := filepath.Join(stateDir, "host-sentinel")
-	if err := fsutil.WriteFileAtomic(sentinel, []byte("moat host sentinel\n"), 0o644); err != nil {
+	// Made once in the run's own new 0700 staging directory and removed
+	// with it: a plain exclusive create, without the two fsyncs of an
+	// atomic durable write (0.3 to 0.5 ms on the start path).
+	f, err := os.OpenFile(sentinel, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
 		return nil, err
+	}
+	// World-readable whatever the umask: the sandbox must be kept from
+	// it by its confinement, not by the file's mode.
+	werr := f.Chmod(0o644)
+	if werr == nil {
+		_, werr = f.WriteString("moat host sentinel\n")
+	}
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return nil, werr
 	}
 	out := []string{sentinel}
 	cands := []string{"/etc/shadow", "/root"}
