@@ -65,7 +65,7 @@
 //
 // The record's own members are those of its Go type in this package
 // (RunStarted, InferenceRequested, …) under their json tags, members tagged
-// omitempty absent when empty, and nothing else. The verifier decodes the
+// omitempty absent when empty (omitzero: when zero), and nothing else. The verifier decodes the
 // record and re-encodes it; a payload that is not byte-for-byte what the
 // writer would make is refused.
 //
@@ -101,7 +101,14 @@
 // appear nowhere else. run.terminated is the terminal record: it is last,
 // and its counts equal the numbers of inference.requested,
 // inference.completed, inference.refused, inference.failed and
-// process.started records before it. The writer fills in those counts.
+// process.started records before it (members requested, completed,
+// refused, failed, processes), and, when any tool record precedes it, its
+// counts.tools is an object of the numbers of tool.requested,
+// tool.completed, tool.refused and tool.failed records (members
+// requested, completed, refused, failed, all four present); without tool
+// records counts has no tools member (a journal of a run without tools
+// is byte for byte what it was before tools existed). The writer fills in
+// those counts.
 // process.exited says oom_killed when the kernel killed the process for
 // going over the sandbox's memory limit; process.failed records a command
 // that could not be started (argv, the exit code moat gave: 127 not found,
@@ -159,8 +166,9 @@
 //	{"arguments_bytes":13,"arguments_sha256":"dd…dd","attribution":{"executable":"/usr/bin/python3","pid":4242,"sha256":"cc…cc","status":"resolved"},"call_id":"moatcall_000000000000000000000002","prev":"5589…e49b","run":"run-1","seq":3,"server":"calc","time":"2026-12-01T02:00:00Z","tool":"add","type":"tool.requested","v":1}
 //	{"call_id":"moatcall_000000000000000000000002","is_error":false,"prev":"89da…baf3","result_bytes":52,"result_sha256":"ee…ee","run":"run-1","seq":4,"time":"2026-12-01T02:00:00Z","type":"tool.completed","v":1}
 //
-// (Example_toolRequested prints them in full.) run.terminated's counts
-// do not count tool records.
+// (Example_toolRequested prints them in full.) run.terminated's
+// counts.tools counts the tool records, for example
+// "counts":{"completed":1,"failed":0,"processes":1,"refused":0,"requested":1,"tools":{"completed":1,"failed":0,"refused":1,"requested":1}}.
 //
 // # Terminal reasons
 //

@@ -258,6 +258,19 @@ type Counts struct {
 	Refused   int `json:"refused"`
 	Failed    int `json:"failed"`
 	Processes int `json:"processes"`
+	// Tools counts the tool records; the member is absent when the run
+	// had none, so that a run without tools keeps the counts it had
+	// before tools existed.
+	Tools ToolCounts `json:"tools,omitzero"`
+}
+
+// ToolCounts are the numbers of tool.requested, tool.completed,
+// tool.refused and tool.failed records (tool.go).
+type ToolCounts struct {
+	Requested int `json:"requested"`
+	Completed int `json:"completed"`
+	Refused   int `json:"refused"`
+	Failed    int `json:"failed"`
 }
 
 func (RunStarted) RecordType() string         { return TypeRunStarted }

@@ -130,8 +130,12 @@ func Describe(r Record) string {
 		return fmt.Sprintf("call=%s reason=%s detail=%s", r.CallID, r.Reason, strconv.Quote(r.Detail))
 	case RunTerminated:
 		c := r.Counts
-		return fmt.Sprintf("reason=%s exit=%d requested=%d completed=%d refused=%d failed=%d processes=%d",
+		s := fmt.Sprintf("reason=%s exit=%d requested=%d completed=%d refused=%d failed=%d processes=%d",
 			r.Reason, r.ExitCode, c.Requested, c.Completed, c.Refused, c.Failed, c.Processes)
+		if t := c.Tools; t != (ToolCounts{}) {
+			s += fmt.Sprintf(" tool_requested=%d tool_completed=%d tool_refused=%d tool_failed=%d", t.Requested, t.Completed, t.Refused, t.Failed)
+		}
+		return s
 	}
 	return fmt.Sprintf("BUG: unknown record %T", r)
 }

@@ -29,7 +29,7 @@ func toolRecords() []Record {
 }
 
 // TestToolRecordsVerify: tool records sign, verify complete, and decode
-// back to what was written; run.terminated's counts do not count them.
+// back to what was written; run.terminated's counts.tools counts them.
 func TestToolRecordsVerify(t *testing.T) {
 	w, priv := newTestWriter(t)
 	all := append([]Record{runStarted(w), sampleRecords()[0]}, toolRecords()...)
@@ -56,12 +56,70 @@ func TestToolRecordsVerify(t *testing.T) {
 			t.Errorf("line %d: got %#v, want %#v", i+3, e.Record, want)
 		}
 	}
+	want := Counts{Tools: ToolCounts{Requested: 2, Completed: 1, Refused: 1, Failed: 1}}
+	if res.Terminal == nil || res.Terminal.Counts != want || w.Counts() != want {
+		t.Fatalf("counts: terminal %+v, writer %+v, want %+v", res.Terminal, w.Counts(), want)
+	}
+	n := len(lines)
+	if !strings.Contains(string(mustPayload(t, lines[n-1])), `"counts":{"completed":0,"failed":0,"processes":0,"refused":0,"requested":0,"tools":{"completed":1,"failed":1,"refused":1,"requested":2}}`) {
+		t.Errorf("run.terminated: %s", mustPayload(t, lines[n-1]))
+	}
+	// Re-signed with the right key: tool counts dropped, or changed, are
+	// refused; the unchanged line is the control (verified above).
+	for name, edit := range map[string]func(m map[string]any){
+		"tools dropped":   func(m map[string]any) { delete(m["counts"].(map[string]any), "tools") },
+		"tools changed":   func(m map[string]any) { m["counts"].(map[string]any)["tools"].(map[string]any)["failed"] = 0 },
+		"tool count gone": func(m map[string]any) { delete(m["counts"].(map[string]any)["tools"].(map[string]any), "failed") },
+	} {
+		bad := joinLines(replaceLine(lines, n-1, resign(t, priv, lines[n-1], edit)))
+		if r := Verify(bad, priv.Public().(ed25519.PublicKey)); r.Status != Invalid || !(errors.Is(r.Err, ErrCounts) || errors.Is(r.Err, ErrBadRecord)) {
+			t.Errorf("%s: got %v (%v), want invalid", name, r.Status, r.Err)
+		}
+	}
 	// Control: a tool.requested line with a member the type does not have
 	// is refused, signed or not.
 	bad := signLine(priv, []byte(`{"arguments_bytes":2,"arguments_sha256":"`+strings.Repeat("f", 64)+`","attribution":{"status":"unavailable"},"call_id":"x","extra":1,"prev":"`+strings.Repeat("0", 64)+`","run":"r","seq":1,"server":"s","time":"2026-11-29T08:30:00Z","tool":"t","type":"tool.requested","v":1}`))
 	if _, err := VerifyLine(bad, priv.Public().(ed25519.PublicKey)); !errors.Is(err, ErrBadRecord) {
 		t.Errorf("unknown member: got %v, want ErrBadRecord", err)
 	}
+}
+
+// TestNoToolCountsWithoutTools: a run without tool records has no
+// counts.tools (its journal is what it was before tools existed), and an
+// explicit zero tools member is not the writer's form.
+func TestNoToolCountsWithoutTools(t *testing.T) {
+	w, priv := newTestWriter(t)
+	var lines [][]byte
+	for _, r := range []Record{runStarted(w), sampleRecords()[0], RunTerminated{Reason: ReasonCompleted}} {
+		line, err := w.Append(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, line)
+	}
+	pub := priv.Public().(ed25519.PublicKey)
+	if r := Verify(joinLines(lines), pub); r.Status != Complete {
+		t.Fatalf("got %v (%v)", r.Status, r.Err)
+	}
+	if p := mustPayload(t, lines[2]); strings.Contains(string(p), "tools") {
+		t.Fatalf("run.terminated of a run without tools: %s", p)
+	}
+	bad := joinLines(replaceLine(lines, 2, resign(t, priv, lines[2], func(m map[string]any) {
+		m["counts"].(map[string]any)["tools"] = map[string]any{"requested": 0, "completed": 0, "refused": 0, "failed": 0}
+	})))
+	if r := Verify(bad, pub); r.Status != Invalid || !errors.Is(r.Err, ErrBadRecord) {
+		t.Fatalf("explicit zero tools: got %v (%v), want ErrBadRecord", r.Status, r.Err)
+	}
+}
+
+// mustPayload decodes a line's payload.
+func mustPayload(t *testing.T, line []byte) []byte {
+	t.Helper()
+	e, err := ParseLine(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.Payload
 }
 
 // Example_toolRequested prints the payload of a tool.requested record as

@@ -143,17 +143,8 @@ func Verify(journal []byte, pub ed25519.PublicKey) Result {
 		if err := checkOrder(n, e.Record, pub); err != nil {
 			return fail(n, err)
 		}
+		counts.add(e.Record)
 		switch r := e.Record.(type) {
-		case InferenceRequested:
-			counts.Requested++
-		case InferenceCompleted:
-			counts.Completed++
-		case InferenceRefused:
-			counts.Refused++
-		case InferenceFailed:
-			counts.Failed++
-		case ProcessStarted:
-			counts.Processes++
 		case RunTerminated:
 			if r.Counts != counts {
 				return fail(n, lineErr(ErrCounts, "counts %+v, but the journal holds %+v", r.Counts, counts))

@@ -297,6 +297,14 @@ func (c *Counts) add(r Record) {
 		c.Failed++
 	case ProcessStarted:
 		c.Processes++
+	case ToolRequested:
+		c.Tools.Requested++
+	case ToolCompleted:
+		c.Tools.Completed++
+	case ToolRefused:
+		c.Tools.Refused++
+	case ToolFailed:
+		c.Tools.Failed++
 	}
 }
 

@@ -31,6 +31,8 @@ type fakeJournal struct {
 	// counts are run.terminated's counts of the records so far, which
 	// add fills in unless the fields give them.
 	counts map[string]int
+	// toolCounts are counts.tools, nil until a tool record is added.
+	toolCounts map[string]int
 }
 
 func newFakeJournal(t *testing.T, run string) *fakeJournal {
@@ -50,11 +52,26 @@ func (j *fakeJournal) add(typ string, fields map[string]any) string {
 		j.counts = map[string]int{"requested": 0, "completed": 0, "refused": 0, "failed": 0, "processes": 0}
 	}
 	if typ == "run.terminated" {
-		m["counts"] = j.counts
+		c := map[string]any{}
+		for k, v := range j.counts {
+			c[k] = v
+		}
+		if j.toolCounts != nil {
+			c["tools"] = j.toolCounts
+		}
+		m["counts"] = c
 	}
 	for name, counted := range countedTypes {
 		if typ == counted {
 			j.counts[name]++
+		}
+	}
+	for name, counted := range toolCountedTypes {
+		if typ == counted {
+			if j.toolCounts == nil {
+				j.toolCounts = map[string]int{"requested": 0, "completed": 0, "refused": 0, "failed": 0}
+			}
+			j.toolCounts[name]++
 		}
 	}
 	for k, v := range fields {

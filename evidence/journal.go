@@ -291,22 +291,60 @@ var countedTypes = map[string]string{
 	"processes": "process.started",
 }
 
+// toolCountedTypes are the record types that counts.tools counts; the
+// member is present exactly when one of them precedes run.terminated.
+var toolCountedTypes = map[string]string{
+	"requested": "tool.requested",
+	"completed": "tool.completed",
+	"refused":   "tool.refused",
+	"failed":    "tool.failed",
+}
+
 // checkCounts: run.terminated's counts are exactly the numbers of records
 // of each counted type before it.
 func checkCounts(v any, before []journalRecord) error {
 	counts, ok := v.(map[string]any)
-	if !ok || len(counts) != len(countedTypes) {
-		return fmt.Errorf("counts %v is not an object of exactly %d members", v, len(countedTypes))
+	if !ok {
+		return fmt.Errorf("counts %v is not an object", v)
 	}
-	for name, typ := range countedTypes {
+	tools := 0
+	for _, r := range before {
+		if strings.HasPrefix(r.Type, "tool.") {
+			tools++
+		}
+	}
+	want := len(countedTypes)
+	if tools > 0 {
+		want++
+		if err := checkCountMembers("counts.tools", counts["tools"], toolCountedTypes, before); err != nil {
+			return err
+		}
+	}
+	if len(counts) != want {
+		return fmt.Errorf("counts %v is not an object of exactly %d members (%d tool records precede it)", v, want, tools)
+	}
+	return checkCountMembers("counts", v, countedTypes, before)
+}
+
+// checkCountMembers: v holds every member of types with the number of
+// records of its type in before.
+func checkCountMembers(name string, v any, types map[string]string, before []journalRecord) error {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return fmt.Errorf("%s %v is not an object", name, v)
+	}
+	if name != "counts" && len(m) != len(types) {
+		return fmt.Errorf("%s %v is not an object of exactly %d members", name, v, len(types))
+	}
+	for member, typ := range types {
 		want := 0
 		for _, r := range before {
 			if r.Type == typ {
 				want++
 			}
 		}
-		if got, _ := counts[name].(json.Number); got != json.Number(strconv.Itoa(want)) {
-			return fmt.Errorf("counts.%s is %v, but %d %s records precede it", name, counts[name], want, typ)
+		if got, _ := m[member].(json.Number); got != json.Number(strconv.Itoa(want)) {
+			return fmt.Errorf("%s.%s is %v, but %d %s records precede it", name, member, m[member], want, typ)
 		}
 	}
 	return nil

@@ -292,7 +292,13 @@ func TestVerifyJournalStrict(t *testing.T) {
 		{name: "header: time not UTC", payload: set(2, "time", "2026-11-29T09:00:00+01:00")},
 		{name: "header: bad run id", payload: set(0, "run", "run id")},
 		{name: "order: boundary.confirmed again", payload: set(3, "type", "boundary.confirmed")},
-		{name: "terminal: wrong counts", payload: set(last, "counts", map[string]any{"requested": json.Number("0"), "completed": json.Number("1"), "refused": json.Number("0"), "failed": json.Number("0"), "processes": json.Number("0")})},
+		{name: "terminal: wrong counts", payload: set(last, "counts", map[string]any{"requested": json.Number("1"), "completed": json.Number("0"), "refused": json.Number("0"), "failed": json.Number("0"), "processes": json.Number("0"),
+			"tools": map[string]any{"requested": json.Number("1"), "completed": json.Number("1"), "refused": json.Number("0"), "failed": json.Number("0")}})},
+		{name: "terminal: tool counts dropped", payload: set(last, "counts", map[string]any{"requested": json.Number("1"), "completed": json.Number("1"), "refused": json.Number("0"), "failed": json.Number("0"), "processes": json.Number("0")})},
+		{name: "terminal: tool count wrong", payload: set(last, "counts", map[string]any{"requested": json.Number("1"), "completed": json.Number("1"), "refused": json.Number("0"), "failed": json.Number("0"), "processes": json.Number("0"),
+			"tools": map[string]any{"requested": json.Number("1"), "completed": json.Number("0"), "refused": json.Number("0"), "failed": json.Number("0")}})},
+		{name: "terminal: a tool count missing", payload: set(last, "counts", map[string]any{"requested": json.Number("1"), "completed": json.Number("1"), "refused": json.Number("0"), "failed": json.Number("0"), "processes": json.Number("0"),
+			"tools": map[string]any{"requested": json.Number("1"), "completed": json.Number("1"), "refused": json.Number("0")}})},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
