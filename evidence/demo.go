@@ -19,10 +19,14 @@ import (
 // agent (probe.Main); internal/cli/hidden.go lists it.
 const DemoAgentHelper = reexec.Prefix + "demo-agent"
 
-// DemoCase is what `moat demo` runs: the agent asks two questions, tries
-// four escapes, and says goodbye.
-var DemoCase = Case{Name: "demo", Description: "a small agent: useful requests, escapes that fail",
-	Controls: []string{"hello", "openai", "bye"}, Refusal: true}
+// DemoCase is what `moat demo` runs: the agent asks a question, calls a
+// tool (add, on the calc MCP server that moat's own binary serves as
+// __moat-demo-calc, in a sandbox of its own) and sends its result on,
+// asks again, tries a few escapes (one of them a tool the policy does not
+// list), and says goodbye.
+var DemoCase = Case{Name: "demo", Description: "a small agent: useful requests and a tool call, escapes that fail",
+	Controls: []string{"hello", "tool-result", "openai", "bye"}, Refusal: true, Tool: ToolCommand,
+	HostChecks: []string{CheckToolResult, CheckToolLogged}}
 
 // DemoOptions configure `moat demo`.
 type DemoOptions struct {
@@ -69,14 +73,17 @@ func Demo(ctx context.Context, o DemoOptions) (ok bool, err error) {
 		if json.Unmarshal([]byte(line), &st) != nil || st.Step == "" {
 			continue
 		}
-		what := demoSteps[st.Step]
+		key, _, _ := strings.Cut(st.Step, " data=")
+		what := demoSteps[key]
 		if what == "" {
 			what = st.Step
 		}
 		result := fmt.Sprintf("HTTP %d", st.Status)
 		switch {
 		case st.Error != "":
-			result = "blocked: " + st.Error
+			result = "blocked: " + truncate(st.Error, 110)
+		case strings.HasPrefix(st.Step, "tool:"):
+			result = "returned: " + st.Reply
 		case st.Status == 200:
 			result = "answered: " + demoReplyText(st.Reply)
 		case st.Reply != "":
@@ -96,13 +103,24 @@ func Demo(ctx context.Context, o DemoOptions) (ok bool, err error) {
 	}
 	fmt.Fprintf(w, "  host receivers (TCP, UDP, abstract and pathname Unix sockets): %d delivery(ies) from the sandbox\n", hits)
 	fmt.Fprintf(w, "  worker and staging cleaned up: %s, %s\n", yn(o1.WorkerGone), yn(o1.StagingRemoved))
+	for _, hc := range o1.HostChecks {
+		switch hc.Name {
+		case CheckToolResult:
+			fmt.Fprintf(w, "  tool result: %s\n", hc.Detail)
+		case CheckToolLogged:
+			fmt.Fprintf(w, "  tool server's own log (outside the sandbox): %s\n", hc.Detail)
+		}
+	}
 
 	jstat := "missing"
 	if jb, err := os.ReadFile(filepath.Join(dir, FileJournal)); err == nil {
 		if pb, err := os.ReadFile(filepath.Join(dir, FilePublicKey)); err == nil {
 			if pub, err := parsePublicKeyPEM(pb); err == nil {
 				r := audit.Verify(jb, pub)
-				jstat = fmt.Sprintf("%s: %d signed records (%d requested, %d refused, %d completed), key %s", r.Status, r.Records, o1.Requested, o1.Refused, o1.Completed, cr.AuditKeyID)
+				tc := toolCounts(verifyJournal(jb, pub).Records)
+				jstat = fmt.Sprintf("%s: %d signed records (inference: %d requested, %d refused, %d completed; tool calls: %d requested, %d refused, %d completed, %d failed), key %s",
+					r.Status, r.Records, o1.Requested, o1.Refused, o1.Completed,
+					tc[audit.TypeToolRequested], tc[audit.TypeToolRefused], tc[audit.TypeToolCompleted], tc[audit.TypeToolFailed], cr.AuditKeyID)
 			}
 		}
 	}
@@ -111,7 +129,7 @@ func Demo(ctx context.Context, o DemoOptions) (ok bool, err error) {
 	for _, r := range cr.Reasons {
 		fmt.Fprintf(w, "  %s\n", r)
 	}
-	fmt.Fprintf(w, "\nEvidence: %s\n  journal.jsonl, pubkey.pem            the signed journal and the run's public key\n  provider-events.jsonl               every request the provider received, with its verified record\n  receiver-events.jsonl, host.json    the host receivers and the host's own observations\n  probe.out, moat.err                 what the agent and moat printed\n", dir)
+	fmt.Fprintf(w, "\nEvidence: %s\n  journal.jsonl, pubkey.pem            the signed journal and the run's public key\n  provider-events.jsonl               every request the provider received, with its verified record\n  receiver-events.jsonl, host.json    the host receivers and the host's own observations\n  tool-calls.jsonl                    the calls that reached the tool server (its own log)\n  probe.out, moat.err                 what the agent and moat printed\n", dir)
 	self := selfCommand()
 	fmt.Fprintf(w, "Check it yourself (the fingerprint is the run key moat printed when the run started, pinned from its run info):\n  %s audit verify %s --pubkey %s --key-fingerprint %s\n  %s audit show %s\n",
 		self, filepath.Join(dir, FileJournal), filepath.Join(dir, FilePublicKey), demoFingerprint(cr.AuditKeyID), self, filepath.Join(dir, FileJournal))
@@ -142,18 +160,32 @@ func demoFingerprint(keyID string) string {
 	return keyID
 }
 
+// toolCounts counts a journal's tool records by type.
+func toolCounts(recs []journalRecord) map[string]int {
+	n := map[string]int{}
+	for _, r := range recs {
+		if strings.HasPrefix(r.Type, "tool.") {
+			n[r.Type]++
+		}
+	}
+	return n
+}
+
 var demoSteps = map[string]string{
-	"control:hello":      "allowed: ask claude-synthetic-1",
-	"openai":             "allowed: ask gpt-synthetic-1 (OpenAI API)",
-	"control:bye":        "allowed: ask again, after the escapes",
-	"read-host-file":     "escape: read the host's /etc/hostname",
-	"direct-provider":    "escape: connect to a host TCP service",
-	"unapproved-model":   "escape: use a model the policy does not allow",
-	"own-credential":     "escape: send its own API key",
-	"abstract-socket":    "escape: abstract Unix socket to the host",
-	"write-outside":      "escape: write outside the workspace",
-	"server-tool":        "escape: have the provider fetch a URL",
-	"exfil-unknown-path": "escape: POST to an endpoint moat does not forward",
+	"control:hello":       "allowed: ask claude-synthetic-1",
+	"tool:tool-result":    "allowed: call the calc tool add over MCP",
+	"control:tool-result": "allowed: send the tool's result to the model",
+	"unlisted-tool":       "escape: call a tool the policy does not list",
+	"openai":              "allowed: ask gpt-synthetic-1 (OpenAI API)",
+	"control:bye":         "allowed: ask again, after the escapes",
+	"read-host-file":      "escape: read the host's /etc/hostname",
+	"direct-provider":     "escape: connect to a host TCP service",
+	"unapproved-model":    "escape: use a model the policy does not allow",
+	"own-credential":      "escape: send its own API key",
+	"abstract-socket":     "escape: abstract Unix socket to the host",
+	"write-outside":       "escape: write outside the workspace",
+	"server-tool":         "escape: have the provider fetch a URL",
+	"exfil-unknown-path":  "escape: POST to an endpoint moat does not forward",
 }
 
 func yn(b *bool) string {

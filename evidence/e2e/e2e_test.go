@@ -159,9 +159,64 @@ func TestEvidenceSubset(t *testing.T) {
 func escapeCases() []string {
 	var out []string
 	for _, c := range evidence.Cases[20:] {
-		out = append(out, c.Name)
+		if c.Tool == "" {
+			out = append(out, c.Name)
+		}
 	}
 	return out
+}
+
+// toolCases are the cases appended for issue 12's tools.
+func toolCases() []string {
+	var out []string
+	for _, c := range evidence.Cases {
+		if c.Tool != "" {
+			out = append(out, c.Name)
+		}
+	}
+	return out
+}
+
+// TestEvidenceToolCases runs the tool cases as whoever runs the tests
+// (root, and CI's unprivileged pass): each passes on its host checks, and
+// the raw records show that the host saw what the checks say.
+func TestEvidenceToolCases(t *testing.T) {
+	out, res := runSuite(t, toolCases()...)
+	if len(res.Report.Cases) != 5 {
+		t.Fatalf("got %d tool cases, want 5", len(res.Report.Cases))
+	}
+	for _, c := range res.Report.Cases {
+		if c.Outcome != evidence.OutcomePass {
+			t.Errorf("%s: got %s, want pass: %v", c.Name, c.Outcome, c.Reasons)
+			if b, err := os.ReadFile(filepath.Join(out, "cases", c.Name, "moat.err")); err == nil {
+				t.Logf("%s: moat's stderr:\n%s", c.Name, b)
+			}
+		}
+		for _, h := range c.Observations.HostChecks {
+			t.Logf("%s: %s: %s", c.Name, h.Name, h.Detail)
+		}
+		host := readHost(t, filepath.Join(out, "cases", c.Name))
+		switch c.Name {
+		case "tool-call":
+			// The probe really signalled: its kill steps are in its output.
+			b, _ := os.ReadFile(filepath.Join(out, "cases", c.Name, "probe.out"))
+			if n := strings.Count(string(b), `"step":"kill-`); n != 2 {
+				t.Errorf("tool-call: %d kill steps in the probe's output, want 2 (moat and the server):\n%s", n, b)
+			}
+		case "tool-secrets":
+			if len(host.ToolEnv) == 0 {
+				t.Errorf("tool-secrets: the server's environment was not read")
+			}
+		case "tool-reaped":
+			if len(host.ToolProcs) < 6 {
+				t.Errorf("tool-reaped: %d process records, want moat, the server and its child before and after", len(host.ToolProcs))
+			}
+		}
+	}
+	if got := evidence.VerifyBundle(out, res.ManifestSHA256).ExitCode(); got != 2 {
+		t.Fatalf("verify subset: got exit %d, want 2", got)
+	}
+	checkNoSecrets(t, out, res.Credentials)
 }
 
 // TestEvidenceEscapeClasses runs the escape-class cases as whoever runs
@@ -248,7 +303,7 @@ func checkNoSecrets(t *testing.T, out string, creds []string) {
 	if len(creds) == 0 {
 		t.Fatal("no synthetic credentials reported: nothing to grep for")
 	}
-	needles := append([]string{"PRIVATE KEY", "sk-ant-synthetic-", "sk-synthetic-"}, creds...)
+	needles := append([]string{"PRIVATE KEY", "sk-ant-synthetic-", "sk-synthetic-", "tool-synthetic-"}, creds...)
 	files := 0
 	err := filepath.WalkDir(out, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
@@ -280,15 +335,23 @@ func checkNoSecrets(t *testing.T, out string, creds []string) {
 func TestDemo(t *testing.T) {
 	moat, _ := bins(t)
 	var out bytes.Buffer
-	ok, err := evidence.Demo(context.Background(), evidence.DemoOptions{Out: filepath.Join(t.TempDir(), "demo"), Binary: moat, Stdout: &out})
+	dir := filepath.Join(t.TempDir(), "demo")
+	ok, err := evidence.Demo(context.Background(), evidence.DemoOptions{Out: dir, Binary: moat, Stdout: &out})
 	t.Logf("demo output:\n%s", out.String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !ok {
+		for _, f := range []string{"moat.err", "probe.out"} {
+			b, _ := os.ReadFile(filepath.Join(dir, "cases", "demo", f))
+			t.Logf("%s:\n%s", f, b)
+		}
 		t.Fatal("demo did not pass")
 	}
-	for _, want := range []string{`answered: "ok hello"`, `answered: "ok bye"`, "journal: complete", "0 delivery(ies) from the sandbox", "Outcome: pass"} {
+	for _, want := range []string{`answered: "ok hello"`, `answered: "ok bye"`, "journal: complete", "0 delivery(ies) from the sandbox", "Outcome: pass",
+		"allowed: call the calc tool add over MCP           returned: ", `answered: "ok tool-result"`,
+		`blocked: calling "tools/call": moat: refused: tool "mul" is not allowed`,
+		"tool calls: 1 requested, 1 refused, 1 completed, 0 failed"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q", want)
 		}

@@ -217,6 +217,8 @@ func init() {
 	// The agent of `moat demo`: useful work, a few escapes, useful work.
 	caseSteps["demo"] = func(p *runner) {
 		p.control("hello")
+		a, b := p.toolOperands()
+		p.toolResult("tool-result", a, b)
 		p.post("openai", "/v1/chat/completions", []byte(`{"model":"`+p.OpenAIModel+`","messages":[{"role":"user","content":"`+ControlPrefix+`openai"}]}`), nil)
 		_, err := os.ReadFile("/etc/hostname")
 		p.step("read-host-file", 0, err, "")
@@ -228,6 +230,7 @@ func init() {
 		p.post("server-tool", "/v1/messages", p.message(p.Model, AttackMarker, map[string]any{
 			"tools": []any{map[string]any{"type": "web_fetch_20250910", "name": "web_fetch"}}}), nil)
 		p.post("exfil-unknown-path", "/upload", []byte(`{"data":"`+AttackMarker+`"}`), nil)
+		p.toolCall("unlisted-tool", "mul", map[string]any{"a": a, "b": b})
 		p.control("bye")
 	}
 }
