@@ -135,6 +135,8 @@ func probeAction(kind, arg string) error {
 			unix.PtraceDetach(p.Pid)
 		}
 		return err
+	case "mcp":
+		return mcpProbe(arg) // tools_test.go
 	case "sdk-anthropic", "sdk-anthropic-stream", "sdk-openai-chat", "sdk-openai-responses":
 		out, err := sdkCall(kind, arg)
 		if err == nil {
