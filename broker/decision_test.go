@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/broker/wire"
@@ -283,6 +284,22 @@ func TestCompletionSyncedAfterRelease(t *testing.T) {
 				t.Fatalf("control: fatal %s", f)
 			default:
 			}
+			// The answer arrives while its record's sync is still held.
+			hold := make(chan struct{})
+			h.j.setHoldWait(hold)
+			got := make(chan result, 1)
+			go func() { got <- h.raw(post("/v1/messages", body)) }()
+			select {
+			case r := <-got:
+				if r.status != 200 {
+					t.Fatalf("held sync: status %d", r.status)
+				}
+			case <-time.After(10 * time.Second):
+				close(hold) // let the handler end
+				t.Fatal("the answer waited for its completion record's sync")
+			}
+			close(hold)
+			h.j.setHoldWait(nil)
 			h.j.setFailWait(errors.New("fsync: input/output error"))
 			r = h.raw(post("/v1/messages", body))
 			if r.status != 200 {

@@ -19,9 +19,10 @@ type testJournal struct {
 	w *audit.Writer
 
 	mu       sync.Mutex
-	fail     error    // non-nil: every Append fails
-	failWait error    // non-nil: every AppendAsync's wait fails after the line is written
-	async    []string // the types of the records written by AppendAsync
+	fail     error         // non-nil: every Append fails
+	failWait error         // non-nil: every AppendAsync's wait fails after the line is written
+	holdWait chan struct{} // non-nil: every AppendAsync's wait blocks until it is closed
+	async    []string      // the types of the records written by AppendAsync
 }
 
 func newTestJournal(t testing.TB) *testJournal {
@@ -62,20 +63,31 @@ func (j *testJournal) Append(r audit.Record) ([]byte, error) {
 // after the answer was released).
 func (j *testJournal) AppendAsync(r audit.Record) ([]byte, func() error, error) {
 	j.mu.Lock()
-	err, werr := j.fail, j.failWait
+	err, werr, hold := j.fail, j.failWait, j.holdWait
 	j.async = append(j.async, r.RecordType())
 	j.mu.Unlock()
 	if err != nil {
 		return nil, nil, err
 	}
 	line, wait, err := j.w.AppendAsync(r)
-	if err != nil || werr == nil {
+	if err != nil || (werr == nil && hold == nil) {
 		return line, wait, err
 	}
 	return line, func() error {
-		wait()
+		if hold != nil {
+			<-hold
+		}
+		if err := wait(); err != nil || werr == nil {
+			return err
+		}
 		return werr
 	}, nil
+}
+
+func (j *testJournal) setHoldWait(c chan struct{}) {
+	j.mu.Lock()
+	j.holdWait = c
+	j.mu.Unlock()
 }
 
 func (j *testJournal) setFailWait(err error) {
