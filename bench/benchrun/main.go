@@ -409,9 +409,32 @@ func writeResults(took time.Duration) {
 			fmt.Fprintf(&b, "- %s\n", strings.ReplaceAll(strings.TrimSpace(n), "\n", " "))
 		}
 	}
+	b.WriteString(keptSections(*outPath))
 	fmt.Print(b.String())
 	if err := os.WriteFile(*outPath, []byte(b.String()), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+}
+
+// keptMark ends the heading of a section of RESULTS.md that records a
+// separate run: bench/run keeps such sections as they are.
+const keptMark = "(separate run, not by `bench/run`)"
+
+// keptSections returns the sections of the results file at path whose
+// heading ends with keptMark, each from its heading to the next.
+func keptSections(path string) string {
+	old, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	var out strings.Builder
+	parts := strings.Split("\n"+string(old), "\n## ")
+	for _, p := range parts[1:] {
+		head, _, _ := strings.Cut(p, "\n")
+		if strings.HasSuffix(strings.TrimSpace(head), keptMark) {
+			out.WriteString("\n## " + strings.TrimRight(p, "\n") + "\n")
+		}
+	}
+	return out.String()
 }
