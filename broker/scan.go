@@ -11,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"slices"
-	"strings"
 )
 
 // Reflection guard.
@@ -217,10 +216,16 @@ func (s *scanner) scanData(d []byte) {
 // feed appends text to the named stream (and to the whole-response stream
 // when all is set).
 func (s *scanner) feed(key string, text []byte, all bool) {
+	s.feedHashed(maphash.String(streamSeed, key), text, "", all)
+}
+
+// feedHashed is feed for a stream named by the hash of its name (a
+// maphash with streamSeed of the name's bytes, written in any pieces), and
+// for text given as bytes or as a string.
+func (s *scanner) feedHashed(h uint64, text []byte, stext string, all bool) {
 	if s.hit || s.err != nil {
 		return
 	}
-	h := maphash.String(streamSeed, key)
 	v := s.streams[h]
 	if v == nil {
 		if len(s.streams) >= maxScanStreams {
@@ -229,6 +234,12 @@ func (s *scanner) feed(key string, text []byte, all bool) {
 		}
 		v = newTextView(s.p)
 		s.streams[h] = v
+	}
+	if text == nil {
+		if v.writeString(stext) || (all && s.all.writeString(stext)) {
+			s.hit = true
+		}
+		return
 	}
 	if v.write(text) || (all && s.all.write(text)) {
 		s.hit = true
@@ -317,16 +328,25 @@ func (s *scanner) walkJSON(d []byte) bool {
 			stack[k-1].key = true
 		}
 	}
-	var block strings.Builder
+	// The stream names are "f:"+path and "b:"+path+"#"+blocks, hashed in
+	// pieces (the same hash as of the whole name) so that neither is built.
+	var mh maphash.Hash
+	mh.SetSeed(streamSeed)
 	for _, js := range strs {
-		block.Reset()
-		for o := js.obj; o >= 0; o = objs[o].parent {
-			block.WriteString(objs[o].block)
-			block.WriteByte('/')
-		}
 		all := !slices.Contains(structuralNames, js.field)
-		s.feed("f:"+js.path, []byte(js.val), all)
-		s.feed("b:"+js.path+"#"+block.String(), []byte(js.val), false)
+		mh.Reset()
+		mh.WriteString("f:")
+		mh.WriteString(js.path)
+		s.feedHashed(mh.Sum64(), nil, js.val, all)
+		mh.Reset()
+		mh.WriteString("b:")
+		mh.WriteString(js.path)
+		mh.WriteByte('#')
+		for o := js.obj; o >= 0; o = objs[o].parent {
+			mh.WriteString(objs[o].block)
+			mh.WriteByte('/')
+		}
+		s.feedHashed(mh.Sum64(), nil, js.val, false)
 	}
 	return any
 }

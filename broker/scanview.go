@@ -274,6 +274,16 @@ func (v *textView) write(b []byte) bool {
 	return false
 }
 
+// writeString is write for a string.
+func (v *textView) writeString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if v.feed(s[i]) {
+			return true
+		}
+	}
+	return false
+}
+
 func (v *textView) feed(c byte) bool {
 	if c == '\\' && v.child == nil && v.depth < maxEscapeDepth {
 		cl := *v
