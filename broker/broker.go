@@ -216,6 +216,7 @@ func New(cfg Config) (*Broker, error) {
 			return nil, fmt.Errorf("moat: broker: provider %q has unknown api %q", pp.Name, pp.API)
 		}
 	}
+	b.shareAccount()
 	return b, nil
 }
 
@@ -362,7 +363,7 @@ func (b *Broker) appendAsync(rec audit.Record, async bool) (line []byte, wait fu
 		return nil, nil, false
 	}
 	switch r := rec.(type) {
-	case audit.InferenceRequested, audit.InferenceRefused:
+	case audit.InferenceRequested, audit.InferenceRefused, audit.ToolRequested, audit.ToolRefused:
 		if b.written.Load() >= b.maxBytes {
 			b.journalFull()
 			return nil, nil, false

@@ -14,6 +14,28 @@ import (
 // tool gateway (broker/tools): MCP streamable HTTP at /mcp/<name>.
 const ToolsPathPrefix = "/mcp/"
 
+// accountedTools is a tool gateway that shares the run's accounting with
+// the broker (broker/tools.Handler): its records go through the broker's
+// journal path, so that audit.max_bytes bounds the broker's and the
+// gateway's records together (a tool.requested or tool.refused past it is
+// not written, and ends the run as an inference record would), and its
+// refusals count in the broker's refusal count, which
+// inference.max_refusals caps for the whole run.
+type accountedTools interface {
+	UseAccount(appendRec func(audit.Record) ([]byte, bool), refusal func() (n, limit int64))
+}
+
+// shareAccount gives Config.Tools the run's accounting when it takes it.
+func (b *Broker) shareAccount() {
+	if t, ok := b.cfg.Tools.(accountedTools); ok {
+		t.UseAccount(b.append, b.countRefusal)
+	}
+}
+
+// countRefusal counts one refusal of the run: n is the count with it,
+// limit inference.max_refusals.
+func (b *Broker) countRefusal() (n, limit int64) { return b.refusals.Add(1), b.maxRefusals }
+
 type attributionKey struct{}
 
 // AttributionFrom returns the attribution of the connection a request to

@@ -5,6 +5,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -257,7 +259,7 @@ func TestToolsServerReaped(t *testing.T) {
 	pol := toolsPolicy(e, calc, logDir, "--detach-child")
 	never := "wait-file=" + e.workspace + "/never" // each waits 10s
 	cmd := e.command("run", "--policy", pol, "--", e.probe, helperArg, "mcp=add", never, never, never, never, never)
-	out := &strings.Builder{}
+	out := &lockedBuilder{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -276,6 +278,25 @@ func TestToolsServerReaped(t *testing.T) {
 	waitFor(t, fmt.Sprintf("server processes %v to be gone", pids), 30*time.Second, func() bool { return len(pidsOf(calc)) == 0 })
 }
 
+// lockedBuilder is a strings.Builder that moat's output goroutine writes
+// while the test reads it.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // pidsOf lists host processes whose executable is exe.
 func pidsOf(exe string) []int {
 	ents, _ := os.ReadDir("/proc")
@@ -290,4 +311,57 @@ func pidsOf(exe string) []int {
 		}
 	}
 	return out
+}
+
+// TestToolsRunAccounting: the broker's refusals and the tool gateway's
+// are one count, capped by inference.max_refusals, and run.terminated
+// counts the tool records. With a cap of 1, one refusal (the broker's, of
+// an unknown path) leaves the run to complete: the control; that refusal
+// and a refused tool are two, past the cap, and end the run as
+// refusal_limit (each alone would be within it).
+func TestToolsRunAccounting(t *testing.T) {
+	t.Setenv("MOAT_E2E_CALC_TOKEN", "calc-token-e2e-0123456789abcdef")
+	upload := "raw=" + base64.StdEncoding.EncodeToString([]byte("POST /upload HTTP/1.1\r\nHost: moat\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"))
+	for _, tc := range []struct {
+		name   string
+		calls  []string
+		reason string
+		tools  map[string]any
+	}{
+		{"one refusal", []string{"mcp=add", upload}, "completed",
+			map[string]any{"requested": 1.0, "completed": 1.0, "refused": 0.0, "failed": 0.0}},
+		{"an inference and a tool refusal", []string{"mcp=add", upload, "mcp=mul", "mcp=add"}, "refusal_limit",
+			map[string]any{"requested": 1.0, "completed": 1.0, "refused": 1.0, "failed": 0.0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			calc := buildMCPCalc(t, e.binDir)
+			logDir := e.newWorkspace("mcplog")
+			pol := toolsPolicy(e, calc, logDir)
+			b, err := os.ReadFile(pol)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(pol, append(b, "inference:\n  max_refusals: 1\n"...), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r := e.helper(pol, tc.calls[0], tc.calls[1:]...)
+			if (tc.reason == "completed") != (r.code == 0) {
+				t.Fatalf("run: %s", r)
+			}
+			runDir := onlyRunDir(t, e.auditDir)
+			if v := e.moat("audit", "verify", filepath.Join(runDir, "journal.jsonl"), "--pubkey", filepath.Join(runDir, "pubkey.pem")); v.code != 0 {
+				t.Fatalf("audit verify: %s", v)
+			}
+			ps := journalPayloads(t, filepath.Join(runDir, "journal.jsonl"))
+			last := ps[len(ps)-1]
+			if last["type"] != "run.terminated" || last["reason"] != tc.reason {
+				t.Fatalf("terminal record %v, want run.terminated %s", last, tc.reason)
+			}
+			counts, _ := last["counts"].(map[string]any)
+			if got := fmt.Sprint(counts["tools"]); got != fmt.Sprint(tc.tools) {
+				t.Errorf("counts.tools %s, want %s", got, fmt.Sprint(tc.tools))
+			}
+		})
+	}
 }

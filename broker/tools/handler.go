@@ -76,8 +76,12 @@ type Handler struct {
 	log      *slog.Logger
 	failed   atomic.Bool
 	refusals atomic.Int64
-	fatalMu  sync.Mutex
-	fatalErr error // guarded by fatalMu
+	// The run's accounting, when the broker shares it (UseAccount):
+	// records through the broker's journal path, refusals in its count.
+	acctAppend  func(audit.Record) ([]byte, bool)
+	acctRefusal func() (n, limit int64)
+	fatalMu     sync.Mutex
+	fatalErr    error // guarded by fatalMu
 }
 
 type server struct {
@@ -154,8 +158,33 @@ func (h *Handler) append(rec audit.Record) bool {
 	return ok
 }
 
+// UseAccount makes the handler use the run's accounting (package broker
+// calls it from New, before serving): appendRec writes a record through
+// the broker's journal path, which applies audit.max_bytes to every
+// record of the run and ends the run itself when the journal fails or is
+// full (false: not written); refusal counts one refusal in the run's
+// count and returns it with inference.max_refusals. Without it the
+// handler journals to Config.Journal and counts its own refusals.
+func (h *Handler) UseAccount(appendRec func(audit.Record) ([]byte, bool), refusal func() (n, limit int64)) {
+	h.acctAppend, h.acctRefusal = appendRec, refusal
+}
+
 // appendLine writes rec and returns its durable line.
 func (h *Handler) appendLine(rec audit.Record) ([]byte, bool) {
+	if h.acctAppend != nil {
+		line, ok := h.acctAppend(rec)
+		if !ok {
+			// The broker ended the run (its journal failed or is full):
+			// the gateway stops too, without a second fatal event.
+			h.fatalMu.Lock()
+			if h.fatalErr == nil {
+				h.fatalErr = errors.New("the run's journal failed or reached audit.max_bytes")
+				h.failed.Store(true)
+			}
+			h.fatalMu.Unlock()
+		}
+		return line, ok
+	}
 	line, err := h.cfg.Journal.Append(rec)
 	if err != nil {
 		h.fatal(ReasonAuditFailure, err)
@@ -407,13 +436,18 @@ func (h *Handler) fail(w http.ResponseWriter, rid []byte, id, reason, msg string
 // past inference.max_refusals ends the run; later ones are only answered.
 func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, status int, rid []byte, id, serverName string, rf *Refusal) {
 	msg := bound(rf.Message)
-	maxR := int64(h.cfg.Policy.Inference.MaxRefusals)
-	if n := h.refusals.Add(1); n <= maxR+1 {
+	var n, maxR int64
+	if h.acctRefusal != nil {
+		n, maxR = h.acctRefusal()
+	} else {
+		n, maxR = h.refusals.Add(1), int64(h.cfg.Policy.Inference.MaxRefusals)
+	}
+	if n <= maxR+1 {
 		h.log.Warn("moat.tools refused", "call_id", id, "server", bound(serverName), "reason", rf.Reason, "detail", msg)
 		h.append(audit.ToolRefused{CallID: id, Server: bound(serverName), Method: bound(rf.Method), Tool: bound(rf.Tool),
 			Reason: rf.Reason, Detail: msg, Attribution: h.attribute(r)})
 		if n == maxR+1 {
-			h.fatal(ReasonRefusalLimit, fmt.Errorf("the tool gateway refused %d requests, more than the policy's inference.max_refusals (%d)", n, maxR))
+			h.fatal(ReasonRefusalLimit, fmt.Errorf("the run's refusals (the broker's and the tool gateway's) reached %d, more than the policy's inference.max_refusals (%d)", n, maxR))
 		}
 	}
 	if status == http.StatusOK || status >= 400 {

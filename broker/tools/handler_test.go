@@ -395,3 +395,86 @@ func TestJournalFailure(t *testing.T) {
 		t.Error("handler not failed")
 	}
 }
+
+// TestSharedAccount: with the run's accounting (UseAccount, as the broker
+// gives it), records go through its append and refusals into its count.
+// The control call is journaled through it and reaches the server; a
+// refusal takes the run's next number, and the one past the cap ends the
+// run; once the run's append refuses a tool.requested (journal full), the
+// call never reaches the server and later calls are refused as run_failed.
+func TestSharedAccount(t *testing.T) {
+	f := newFixture(t, calcEntry())
+	var mu sync.Mutex
+	var written []string
+	full := false
+	refusals := int64(5) // the broker's refusals so far
+	f.h.UseAccount(func(r audit.Record) ([]byte, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if full && (r.RecordType() == audit.TypeToolRequested || r.RecordType() == audit.TypeToolRefused) {
+			return nil, false
+		}
+		written = append(written, r.RecordType())
+		line, err := f.w.Append(r)
+		return line, err == nil
+	}, func() (int64, int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		refusals++
+		return refusals, 6
+	})
+	cs := f.client(t)
+	call := func(tool string) error {
+		_, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: tool, Arguments: map[string]any{"a": 1, "b": 1}})
+		return err
+	}
+	if err := call("add"); err != nil {
+		t.Fatalf("control call: %v", err)
+	}
+	if err := call("mul"); err == nil {
+		t.Fatal("unlisted tool not refused")
+	}
+	select {
+	case r := <-f.fat:
+		t.Fatalf("fatal %s at the run's 6th refusal, cap 6", r)
+	default:
+	}
+	call("mul") // the run's 7th: past the cap
+	if r := <-f.fat; r != ReasonRefusalLimit {
+		t.Fatalf("fatal: got %s, want %s", r, ReasonRefusalLimit)
+	}
+	mu.Lock()
+	got := strings.Join(written, " ")
+	mu.Unlock()
+	if want := "tool.requested tool.completed tool.refused tool.refused"; got != want {
+		t.Errorf("through the run's append: %s, want %s", got, want)
+	}
+
+	g := newFixture(t, calcEntry())
+	g.h.UseAccount(func(r audit.Record) ([]byte, bool) {
+		if r.RecordType() == audit.TypeToolRequested {
+			return nil, false // the broker found the journal full and ended the run
+		}
+		line, err := g.w.Append(r)
+		return line, err == nil
+	}, func() (int64, int64) { return 1, 8 })
+	gs := g.client(t)
+	if _, err := gs.CallTool(context.Background(), &sdk.CallToolParams{Name: "add", Arguments: map[string]any{"a": 1, "b": 1}}); err == nil {
+		t.Fatal("a call whose pre-effect record was not written went through")
+	}
+	if seen := g.obs.seen(); len(seen) != 0 {
+		t.Errorf("server saw %q, want nothing", seen)
+	}
+	if g.h.Failed() == nil {
+		t.Error("the gateway did not stop with the run")
+	}
+	select {
+	case r := <-g.fat:
+		t.Errorf("the gateway raised its own fatal %s; the broker already ended the run", r)
+	default:
+	}
+	_, err := gs.CallTool(context.Background(), &sdk.CallToolParams{Name: "add", Arguments: map[string]any{"a": 1, "b": 1}})
+	if err == nil || !strings.Contains(err.Error(), "run was stopped") {
+		t.Errorf("later call: got %v, want the run_failed refusal", err)
+	}
+}
