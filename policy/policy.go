@@ -17,7 +17,11 @@
 // is not https or loopback http, a bad credential_env), and tool server
 // mistakes (tools.go: names outside [a-z0-9-] or whose MOAT_MCP_<NAME>_URL
 // collide, command and url together, a non-loopback url, an implicit
-// allowlist, grants that do not exist or overlap the audit directory).
+// allowlist, grants that do not exist or overlap the audit directory), and
+// egress mistakes (egress.go: hosts that are not IDNA ASCII names, "*."
+// wildcards over fewer than two labels, numeric names in odd forms,
+// duplicate grants, services that are not https, bad auth, path globs
+// with dot segments, escapes or a '*' not at the end).
 //
 // # Defaults
 //
@@ -55,6 +59,9 @@ type Policy struct {
 	// Tools are the tool servers the workload may reach through the
 	// broker (tools.go). Absent: none.
 	Tools Tools `yaml:"tools,omitempty" json:"tools,omitzero"`
+	// Egress are the hosts and services the workload may reach through
+	// the broker (egress.go). Absent: none.
+	Egress Egress `yaml:"egress,omitempty" json:"egress,omitzero"`
 
 	// Source is the absolute path of the file the policy was loaded from
 	// ("" for the built-in default). Not part of the YAML.

@@ -55,6 +55,8 @@ type policyCheckResult struct {
 	// Seccomp is the filter of the policy's backend on this host, one
 	// rule a line (--explain only).
 	Seccomp []string `json:"seccomp,omitempty"`
+	// Egress says what each egress grant lets through, one line each.
+	Egress []string `json:"egress,omitempty"`
 }
 
 func newPolicyCheckCmd() *cobra.Command {
@@ -124,7 +126,7 @@ func policyCheck(stdout, stderr io.Writer, file, format string, explain bool) er
 		filter = strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
 	}
 	if format == "json" {
-		res := policyCheckResult{Valid: true, File: pol.Source, SHA256: sum, Policy: pol}
+		res := policyCheckResult{Valid: true, File: pol.Source, SHA256: sum, Policy: pol, Egress: pol.ExplainEgress()}
 		for _, l := range filter[min(1, len(filter)):] { // the rules, without the heading
 			res.Seccomp = append(res.Seccomp, strings.TrimSpace(l))
 		}
@@ -135,6 +137,9 @@ func policyCheck(stdout, stderr io.Writer, file, format string, explain bool) er
 		return exitf(ExitRefused, "policy check: %v", err)
 	}
 	fmt.Fprintf(stdout, "# effective policy of %s\n# sha256 %s\n%s", pol.Source, sum, y)
+	for _, l := range pol.ExplainEgress() {
+		fmt.Fprintf(stdout, "# %s\n", l)
+	}
 	if explain {
 		fmt.Fprintf(stdout, "# backend %s:\n", pol.Backend)
 		for _, l := range filter {
