@@ -170,6 +170,59 @@
 // counts.tools counts the tool records, for example
 // "counts":{"completed":1,"failed":0,"processes":1,"refused":0,"requested":1,"tools":{"completed":1,"failed":0,"refused":1,"requested":1}}.
 //
+// # Brokered services
+//
+// A service named in the policy's egress.services is reached only
+// through the broker (plain HTTP at /svc/<name>/<path>; the broker adds
+// the credential and sends the request over TLS). Four record types cover
+// it; their members, in payload (RFC 8785) order:
+//
+//	service.requested  attribution, body_bytes, body_sha256, content_encoding (omitempty), encoded_bytes (omitempty), encoded_sha256 (omitempty), headers_sha256, method, path, query (omitempty), request_id, service
+//	service.completed  body_bytes, body_sha256, request_id, status
+//	service.refused    attribution, detail, method, reason, request_id, service (omitempty)
+//	service.failed     detail, reason, request_id, status (omitempty)
+//
+// request_id is "moatreq_" followed by 24 lowercase hex digits, fresh per
+// request. service.requested is the pre-effect record: it is appended and
+// fsynced before the request leaves, and the service receives that exact
+// line, in standard base64, as the request's Moat-Pre-Effect header.
+// path is the path sent below the service's base_url path (after
+// /svc/<name>), query the exact query string sent (every parameter one
+// the grant lists; absent when there is none). headers_sha256 is the
+// SHA-256 of the workload-influenced headers forwarded, each as the
+// bytes "name: value" and an LF, with lower-case names, the lines sorted
+// bytewise and concatenated (the SHA-256 of the empty string when none
+// is forwarded); the headers the broker sets itself (the credential,
+// Accept-Encoding, Moat-Pre-Effect, framing) are not in it. body_sha256
+// and body_bytes cover the exact body bytes sent. When the workload sent
+// its body with Content-Encoding: gzip, the broker decodes it and sends
+// the decoded bytes: content_encoding is "gzip" and encoded_sha256 and
+// encoded_bytes cover the bytes as the workload sent them (after
+// de-chunking); otherwise the three members are absent.
+// One service.completed or service.failed with the same request_id
+// follows it: service.completed's status is the service's, and
+// body_sha256 and body_bytes cover the exact (content-decoded) body given
+// to the workload. service.failed says why no answer was given (reason:
+// upstream_error, upstream_encoding, response_too_large,
+// service_redirect, credential_reflected, audit_failure, run_failed);
+// status is the service's when it answered. service.refused records a
+// request that never reached a service: reason is one of the broker's
+// codes (service_unknown, method_not_allowed, service_path_not_allowed,
+// service_query_not_allowed, service_header_refused,
+// service_body_encoding, service_unconfigured, allowance_exhausted,
+// unattributed, run_failed), detail the message the workload was given,
+// method the request's method (at most wire.MaxQuotedBytes of it, as
+// the broker quotes client values), service the granted name, absent
+// when the path names none. A request refused by the front before it is
+// routed (a path with dot or empty segments, percent-encoding, CONNECT)
+// is an inference.refused, as before. Service records count in no member
+// of run.terminated's counts. For example, with the key and clock pinned:
+//
+//	{"attribution":{"executable":"/usr/bin/git","pid":4242,"sha256":"cc…cc","status":"resolved"},"body_bytes":4100,"body_sha256":"22…22","content_encoding":"gzip","encoded_bytes":720,"encoded_sha256":"33…33","headers_sha256":"11…11","method":"POST","path":"/owner/repo.git/git-upload-pack","prev":"5409…9506","request_id":"moatreq_000000000000000000000003","run":"run-1","seq":5,"service":"github","time":"2026-12-01T02:00:00Z","type":"service.requested","v":1}
+//	{"detail":"moat: service_redirect: service \"github\" answered with a redirect (HTTP 302); moat neither follows nor passes on redirects","prev":"9322…2038","reason":"service_redirect","request_id":"moatreq_000000000000000000000003","run":"run-1","seq":6,"status":302,"time":"2026-12-01T02:00:00Z","type":"service.failed","v":1}
+//
+// (Example_serviceRequested prints them in full.)
+//
 // # Terminal reasons
 //
 // run.terminated's reason says how the run ended; exit_code is what the

@@ -75,6 +75,10 @@ var recordTypes = map[string]func([]byte) (Record, error){
 	TypeToolCompleted:      decodeAs[ToolCompleted],
 	TypeToolRefused:        decodeAs[ToolRefused],
 	TypeToolFailed:         decodeAs[ToolFailed],
+	TypeServiceRequested:   decodeAs[ServiceRequested],
+	TypeServiceCompleted:   decodeAs[ServiceCompleted],
+	TypeServiceRefused:     decodeAs[ServiceRefused],
+	TypeServiceFailed:      decodeAs[ServiceFailed],
 }
 
 func decodeAs[T Record](b []byte) (Record, error) {
@@ -91,7 +95,8 @@ func knownRecord(r Record) bool {
 	switch r.(type) {
 	case RunStarted, BoundaryConfirmed, InferenceRequested, InferenceCompleted,
 		InferenceRefused, InferenceFailed, ProcessStarted, ProcessExited, ProcessFailed, RunTerminated,
-		ToolRequested, ToolCompleted, ToolRefused, ToolFailed:
+		ToolRequested, ToolCompleted, ToolRefused, ToolFailed,
+		ServiceRequested, ServiceCompleted, ServiceRefused, ServiceFailed:
 		return true
 	}
 	return false

@@ -40,6 +40,10 @@ func WriteTimeline(w io.Writer, journal []byte) {
 			mark, typ = "!!", "REFUSED "+typ
 		case InferenceFailed:
 			mark, typ = "!!", "FAILED "+typ
+		case ServiceRefused:
+			mark, typ = "!!", "REFUSED "+typ
+		case ServiceFailed:
+			mark, typ = "!!", "FAILED "+typ
 		case BoundaryConfirmed:
 			if !r.Ready {
 				mark = "!!"
@@ -128,6 +132,8 @@ func Describe(r Record) string {
 		return fmt.Sprintf("call=%s server=%s method=%s tool=%s reason=%s %s detail=%s", r.CallID, strconv.Quote(r.Server), strconv.Quote(r.Method), strconv.Quote(r.Tool), r.Reason, describeAttribution(r.Attribution), strconv.Quote(r.Detail))
 	case ToolFailed:
 		return fmt.Sprintf("call=%s reason=%s detail=%s", r.CallID, r.Reason, strconv.Quote(r.Detail))
+	case ServiceRequested, ServiceCompleted, ServiceRefused, ServiceFailed:
+		return describeService(r)
 	case RunTerminated:
 		c := r.Counts
 		s := fmt.Sprintf("reason=%s exit=%d requested=%d completed=%d refused=%d failed=%d processes=%d",

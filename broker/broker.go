@@ -98,6 +98,9 @@ type Config struct {
 	// the tool gateway (broker/tools), reached through the same strict
 	// front, with the connection's attribution (AttributionFrom).
 	Tools http.Handler
+	// Services, when set, serves every path under ServicesPathPrefix
+	// (/svc/): the policy's egress.services (service.go).
+	Services *Services
 	// AttributionUnavailable, when non-empty, says the backend is
 	// endpoint-only; this reason is recorded on every request.
 	AttributionUnavailable string
@@ -607,6 +610,9 @@ func (b *Broker) logDecision(x *exchange, level slog.Level, decision string, rea
 func (b *Broker) handle(x *exchange, req *request) bool {
 	if b.cfg.Tools != nil && strings.HasPrefix(req.path, ToolsPathPrefix) {
 		return b.serveTools(x, req)
+	}
+	if b.cfg.Services != nil && strings.HasPrefix(req.path, ServicesPathPrefix) {
+		return b.serveService(x, req)
 	}
 	rt, ok := b.routes[req.path]
 	if !ok {

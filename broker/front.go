@@ -82,6 +82,10 @@ type request struct {
 	header []field
 	body   []byte
 	close  bool // the client asked to close after this request
+	// Only under ServicesPathPrefix (service.go): the query, which the
+	// service's grant checks, and the body's content coding (gzip).
+	query    string
+	encoding string
 }
 
 // get returns the value of the header named name (lower case).
@@ -232,10 +236,14 @@ func parseRequestLine(line []byte) (*request, error) {
 	if target[0] != '/' {
 		return nil, refuse(ReasonTargetForm, 400, "request target must be a path like /v1/messages (absolute, authority and asterisk forms are refused)")
 	}
-	if err := checkPath(target); err != nil {
+	path, query := target, ""
+	if strings.HasPrefix(target, ServicesPathPrefix) {
+		path, query = splitServiceTarget(target)
+	}
+	if err := checkPath(path); err != nil {
 		return nil, err
 	}
-	return &request{method: method, path: target}, nil
+	return &request{method: method, path: path, query: query}, nil
 }
 
 // checkPath refuses anything but a plain path: no query, no fragment, no
@@ -319,7 +327,7 @@ func (r *request) framing() (length int, chunked, expect bool, err error) {
 			}
 		}
 	}
-	if _, ok := r.get("content-encoding"); ok {
+	if v, ok := r.get("content-encoding"); ok && !r.serviceCoding(v) {
 		return 0, false, false, refuse(ReasonCompressedBody, 415, "compressed request bodies are not accepted; send the JSON body uncompressed, without Content-Encoding")
 	}
 	if v, ok := r.get("expect"); ok {
