@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,10 +32,15 @@ const testHelperPrefix = reexec.Prefix + "test-"
 // hidden lists nothing else. Test helpers (in test files, or named by
 // reexectest) are left out: they serve only their own test binary.
 func TestHiddenListed(t *testing.T) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
+	// The source is found beside this file, not from the working
+	// directory: scripts/test runs the test binary again elsewhere as an
+	// unprivileged uid.
+	_, self, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("runtime.Caller: no file for this test")
 	}
+	root := filepath.Join(filepath.Dir(self), "..", "..")
+	var err error
 	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
 		t.Fatalf("module root not found: %v", err)
 	}
