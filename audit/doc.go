@@ -223,6 +223,53 @@
 //
 // (Example_serviceRequested prints them in full.)
 //
+// # Egress tunnels
+//
+// A host named in the policy's egress.hosts is reached only through the
+// broker's egress port (CONNECT host:port, then TLS end to end; moat does
+// not intercept it). Three record types cover it; their members, in
+// payload (RFC 8785) order:
+//
+//	egress.opened   address, attribution, grant, host, port, sni, tunnel_id
+//	egress.closed   bytes_to_host, bytes_to_workload, detail (omitempty), duration_ms, reason, tunnel_id
+//	egress.refused  address (omitempty), attribution, detail, host (omitempty), port (omitempty), reason, sni (omitempty), tunnel_id
+//
+// tunnel_id is "moattun_" followed by 24 lowercase hex digits, fresh per
+// CONNECT. egress.opened is the pre-effect record: it is appended and
+// fsynced before the broker dials. host is the CONNECT host in canonical
+// form (a name lower case, an IPv6 literal in brackets), port a JSON
+// number, grant the egress.hosts entry that admitted it as "host:port"
+// (e.g. "*.pythonhosted.org:443"), address the one address the name
+// resolved to and that was checked and dialled (netip text, no port),
+// and sni the server name of the workload's TLS ClientHello, which the
+// broker requires to equal host. One egress.closed with the same
+// tunnel_id follows it: bytes_to_host and bytes_to_workload are the bytes
+// relayed each way (the ClientHello counted in bytes_to_host), JSON
+// numbers; duration_ms runs from the opened record to the close; reason
+// is closed (either side ended it), idle_timeout, max_duration,
+// byte_budget (the grant's max_bytes was reached), dial_failed (detail
+// says why; nothing was relayed), run_ended (the broker stopped) or
+// audit_failure. egress.refused records a CONNECT that was never
+// dialled: reason is one of egress_bad_request (not a strict CONNECT:
+// another method, a bad authority, bytes after the head before the
+// answer), egress_not_granted, egress_tls_required (the first bytes are
+// not a TLS ClientHello, or it has no server name), egress_sni_mismatch,
+// egress_connection_budget (the grant's max_connections), egress_tunnel_cap
+// (egress.max_tunnels), unattributed, run_failed, or one of the guard's
+// resolve_failed, resolve_no_address, address_loopback, address_private,
+// address_cgnat, address_link_local, address_metadata, address_multicast,
+// address_unspecified, address_embeds_ipv4, address_not_global,
+// address_zone and address_host_own (internal/netguard); host, port and
+// sni are what the workload sent, quoted and cut as the broker quotes
+// client values, absent when it sent none; address is the refused
+// address for the guard's address_* reasons; detail is the body of the
+// 403 answer, which names the grant to add when the host is not granted.
+// Egress records count in no member of run.terminated's counts. For
+// example:
+//
+//	{"address":"151.101.0.223","attribution":{"executable":"/usr/bin/pip","pid":4242,"sha256":"cc…cc","status":"resolved"},"grant":"pypi.org:443","host":"pypi.org","port":443,"prev":"…","run":"run-1","seq":7,"sni":"pypi.org","time":"2026-12-01T02:00:00Z","tunnel_id":"moattun_000000000000000000000001","type":"egress.opened","v":1}
+//	{"bytes_to_host":1893,"bytes_to_workload":40213,"duration_ms":412,"prev":"…","reason":"closed","run":"run-1","seq":8,"time":"2026-12-01T02:00:01Z","tunnel_id":"moattun_000000000000000000000001","type":"egress.closed","v":1}
+//
 // # Terminal reasons
 //
 // run.terminated's reason says how the run ended; exit_code is what the

@@ -96,7 +96,8 @@ func knownRecord(r Record) bool {
 	case RunStarted, BoundaryConfirmed, InferenceRequested, InferenceCompleted,
 		InferenceRefused, InferenceFailed, ProcessStarted, ProcessExited, ProcessFailed, RunTerminated,
 		ToolRequested, ToolCompleted, ToolRefused, ToolFailed,
-		ServiceRequested, ServiceCompleted, ServiceRefused, ServiceFailed:
+		ServiceRequested, ServiceCompleted, ServiceRefused, ServiceFailed,
+		EgressOpened, EgressClosed, EgressRefused:
 		return true
 	}
 	return false

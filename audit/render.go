@@ -44,6 +44,8 @@ func WriteTimeline(w io.Writer, journal []byte) {
 			mark, typ = "!!", "REFUSED "+typ
 		case ServiceFailed:
 			mark, typ = "!!", "FAILED "+typ
+		case EgressRefused:
+			mark, typ = "!!", "REFUSED "+typ
 		case BoundaryConfirmed:
 			if !r.Ready {
 				mark = "!!"
@@ -134,6 +136,8 @@ func Describe(r Record) string {
 		return fmt.Sprintf("call=%s reason=%s detail=%s", r.CallID, r.Reason, strconv.Quote(r.Detail))
 	case ServiceRequested, ServiceCompleted, ServiceRefused, ServiceFailed:
 		return describeService(r)
+	case EgressOpened, EgressClosed, EgressRefused:
+		return describeEgress(r)
 	case RunTerminated:
 		c := r.Counts
 		s := fmt.Sprintf("reason=%s exit=%d requested=%d completed=%d refused=%d failed=%d processes=%d",
