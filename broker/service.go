@@ -21,6 +21,8 @@ import (
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/broker/wire"
+	"github.com/moat-sandbox/moat/internal/netguard"
+	"github.com/moat-sandbox/moat/policy"
 )
 
 // Brokered services (egress.services, issue 13 item 2). The workload
@@ -58,35 +60,19 @@ const (
 	ReasonServiceEncoding     Reason = "service_body_encoding"     // a request body coding other than gzip, or corrupt gzip
 	ReasonServiceUnconfigured Reason = "service_unconfigured"      // the grant's credential is not in moat's environment
 	ReasonServiceRedirect     Reason = "service_redirect"          // the service answered with a redirect; never followed
+	ReasonServiceAddress      Reason = "service_address_refused"   // the SSRF guard refused the service's address
 )
-
-// ServiceGrant is one egress.services grant as the broker serves it.
-type ServiceGrant struct {
-	Name    string // the path segment after /svc/
-	BaseURL string // https://host[:port][/prefix]
-	// Auth says how the credential is added: "bearer" (Authorization:
-	// Bearer <cred>), "basic" (Authorization: Basic, from "user:password",
-	// or from a bare token as the password of user x-access-token), or
-	// "header:NAME" (NAME: <cred>). "" sends no credential.
-	Auth          string
-	CredentialEnv string   // named in refusals; the value is in ServicesConfig.Credentials
-	Methods       []string // e.g. GET, POST
-	// Paths are patterns of the path below /svc/<name>: segments match
-	// exactly, a "*" segment matches one segment, and a last "*" segment
-	// matches one or more segments ("/owner/repo.git/*").
-	Paths []string
-	// Query lists the allowed query parameters as "name=v1|v2|..."; a
-	// request's query may hold each listed name once, with one of its
-	// values, and nothing else.
-	Query       []string
-	MaxRequests int // the grant's allowance for the run; <= 0 refuses every request
-}
 
 // ServicesConfig configures the broker's service route.
 type ServicesConfig struct {
-	Grants []ServiceGrant
+	// Grants are the policy's egress.services (validated). Methods, paths
+	// and query are checked by the grant's own AllowsMethod, AllowsPath
+	// and AllowsQuery; Auth says how the credential is added: "bearer"
+	// (Authorization: Bearer <cred>), "basic" (Authorization: Basic, the
+	// credential holding user:password) or "header:NAME" (NAME: <cred>).
+	Grants []policy.EgressService
 	// Credentials maps a grant's name to its secret, read from moat's
-	// environment (CredentialEnv). A grant with an Auth and no credential
+	// environment (credential_env). A grant with an auth and no credential
 	// is refused at request time (service_unconfigured).
 	Credentials map[string]string
 	// Guarded are every other credential moat holds for the run (the
@@ -97,7 +83,8 @@ type ServicesConfig struct {
 	// every address that is not global unicast and dials the checked
 	// address. It is required; there is no unguarded default.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
-	// RootCAs verifies the services' certificates; nil is the system's.
+	// RootCAs verifies the services' certificates; nil is the system's
+	// roots plus the grant's ca_file.
 	RootCAs *x509.CertPool
 }
 
@@ -108,11 +95,10 @@ type Services struct {
 }
 
 type service struct {
-	ServiceGrant
+	*policy.EgressService
 	base    *url.URL
 	authKey string // the header that carries the credential, "" for none
 	authVal string // its value
-	query   map[string][]string
 	client  *http.Client
 	used    atomic.Int64
 }
@@ -129,7 +115,8 @@ func NewServices(cfg ServicesConfig) (*Services, error) {
 			secrets = append(secrets, c)
 		}
 	}
-	for _, g := range cfg.Grants {
+	for i := range cfg.Grants {
+		g := &cfg.Grants[i]
 		sv, extra, err := newService(g, cfg.Credentials[g.Name], &cfg)
 		if err != nil {
 			return nil, err
@@ -147,7 +134,7 @@ func NewServices(cfg ServicesConfig) (*Services, error) {
 	return s, nil
 }
 
-func newService(g ServiceGrant, cred string, cfg *ServicesConfig) (*service, []string, error) {
+func newService(g *policy.EgressService, cred string, cfg *ServicesConfig) (*service, []string, error) {
 	if g.Name == "" || !isToken(g.Name) || strings.ContainsAny(g.Name, "%/") {
 		return nil, nil, fmt.Errorf("moat: broker: service name %q must be a token usable as one path segment", g.Name)
 	}
@@ -158,51 +145,24 @@ func newService(g ServiceGrant, cred string, cfg *ServicesConfig) (*service, []s
 	if u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.RawPath != "" {
 		return nil, nil, fmt.Errorf("moat: broker: service %q: base_url %q must be https://host[:port][/prefix] without credentials, query, fragment or escapes", g.Name, g.BaseURL)
 	}
-	sv := &service{ServiceGrant: g, base: u, query: map[string][]string{}}
-	for _, m := range g.Methods {
-		if !isToken(m) || m == "CONNECT" {
-			return nil, nil, fmt.Errorf("moat: broker: service %q: method %q is not allowed", g.Name, m)
-		}
-	}
-	for _, p := range g.Paths {
-		if !strings.HasPrefix(p, "/") || checkPath(strings.ReplaceAll(p, "*", "x")) != nil {
-			return nil, nil, fmt.Errorf("moat: broker: service %q: path pattern %q must be a plain absolute path (segments, \"*\" segments)", g.Name, p)
-		}
-		for _, seg := range strings.Split(p[1:], "/") {
-			if strings.Contains(seg, "*") && seg != "*" {
-				return nil, nil, fmt.Errorf("moat: broker: service %q: path pattern %q: \"*\" must be a whole segment", g.Name, p)
-			}
-		}
-	}
-	for _, q := range g.Query {
-		name, vals, ok := strings.Cut(q, "=")
-		if !ok || !isQueryText(name) || name == "" {
-			return nil, nil, fmt.Errorf("moat: broker: service %q: query %q: want name=value|value", g.Name, q)
-		}
-		for _, v := range strings.Split(vals, "|") {
-			if !isQueryText(v) {
-				return nil, nil, fmt.Errorf("moat: broker: service %q: query %q: value %q holds a byte outside [A-Za-z0-9._~-]", g.Name, q, v)
-			}
-			sv.query[name] = append(sv.query[name], v)
-		}
-	}
+	sv := &service{EgressService: g, base: u}
 	var secrets []string
 	switch {
 	case g.Auth == "":
 	case cred == "":
 		// Refused at request time, naming the variable.
-	case g.Auth == "bearer":
+	case g.Auth == policy.AuthBearer:
 		sv.authKey, sv.authVal = "Authorization", "Bearer "+cred
-	case g.Auth == "basic":
-		user, pass, ok := strings.Cut(cred, ":")
+	case g.Auth == policy.AuthBasic:
+		_, pass, ok := strings.Cut(cred, ":")
 		if !ok {
-			user, pass = "x-access-token", cred
+			return nil, nil, fmt.Errorf("moat: broker: service %q: auth basic: %s must hold user:password", g.Name, g.CredentialEnv)
 		}
-		enc := base64.StdEncoding.EncodeToString([]byte(user + ":" + pass))
+		enc := base64.StdEncoding.EncodeToString([]byte(cred))
 		sv.authKey, sv.authVal = "Authorization", "Basic "+enc
 		secrets = append(secrets, pass, enc)
-	case strings.HasPrefix(g.Auth, "header:") && isToken(g.Auth[len("header:"):]):
-		sv.authKey, sv.authVal = http.CanonicalHeaderKey(g.Auth[len("header:"):]), cred
+	case g.AuthHeader() != "" && isToken(g.AuthHeader()):
+		sv.authKey, sv.authVal = http.CanonicalHeaderKey(g.AuthHeader()), cred
 	default:
 		return nil, nil, fmt.Errorf("moat: broker: service %q: auth %q: want bearer, basic or header:NAME", g.Name, g.Auth)
 	}
@@ -224,6 +184,15 @@ func newService(g ServiceGrant, cred string, cfg *ServicesConfig) (*service, []s
 	if roots == nil {
 		if roots, err = x509.SystemCertPool(); err != nil || roots == nil {
 			roots = x509.NewCertPool()
+		}
+		if g.CAFile != "" {
+			pem, err := readCapped(g.CAFile, maxCAFileBytes)
+			if err != nil {
+				return nil, nil, fmt.Errorf("moat: broker: service %q: ca_file: %w", g.Name, err)
+			}
+			if !roots.AppendCertsFromPEM(pem) {
+				return nil, nil, fmt.Errorf("moat: broker: service %q: ca_file %q holds no PEM certificate", g.Name, g.CAFile)
+			}
 		}
 	}
 	sv.client = &http.Client{
@@ -283,21 +252,6 @@ func (r *request) serviceCoding(v string) bool {
 	return true
 }
 
-// matchPath reports whether path (below /svc/<name>) matches pattern.
-func matchPath(pattern, path string) bool {
-	ps := strings.Split(pattern[1:], "/")
-	ss := strings.Split(path[1:], "/")
-	for i, p := range ps {
-		if p == "*" && i == len(ps)-1 {
-			return len(ss) > i && ss[i] != ""
-		}
-		if i >= len(ss) || (p != "*" && p != ss[i]) || (p == "*" && ss[i] == "") {
-			return false
-		}
-	}
-	return len(ps) == len(ss)
-}
-
 // checkQuery checks a query against the grant's allowlist.
 func (sv *service) checkQuery(q string) *frontError {
 	if q == "" {
@@ -310,7 +264,7 @@ func (sv *service) checkQuery(q string) *frontError {
 	seen := map[string]bool{}
 	for _, p := range params {
 		name, val, _ := strings.Cut(p, "=")
-		allowed, ok := sv.query[name]
+		_, ok := sv.Query[name]
 		switch {
 		case !isQueryText(name) || !isQueryText(val):
 			return refuse(ReasonServiceQuery, 403, "query parameter %s holds a byte outside [A-Za-z0-9._~-] (no escapes are accepted)", quote(p))
@@ -318,7 +272,7 @@ func (sv *service) checkQuery(q string) *frontError {
 			return refuse(ReasonServiceQuery, 403, "query parameter %s is not allowed for service %q%s", quote(name), sv.Name, sv.queryHint())
 		case seen[name]:
 			return refuse(ReasonServiceQuery, 403, "query parameter %s appears more than once", quote(name))
-		case !slices.Contains(allowed, val):
+		case !sv.AllowsQuery(name, val):
 			return refuse(ReasonServiceQuery, 403, "query %s=%s is not allowed for service %q%s", quote(name), quote(val), sv.Name, sv.queryHint())
 		}
 		seen[name] = true
@@ -330,7 +284,12 @@ func (sv *service) queryHint() string {
 	if len(sv.Query) == 0 {
 		return " (the grant allows no query)"
 	}
-	return " (the grant allows " + strings.Join(sv.Query, ", ") + ")"
+	var qs []string
+	for n, vs := range sv.Query {
+		qs = append(qs, n+"="+strings.Join(vs, "|"))
+	}
+	slices.Sort(qs)
+	return " (the grant allows " + strings.Join(qs, ", ") + ")"
 }
 
 // Request headers of a service request. A workload header is forwarded
@@ -378,10 +337,10 @@ func (b *Broker) serveService(x *exchange, req *request) bool {
 	if b.failed.Load() {
 		return b.refuseService(x, name, req.method, refuse(ReasonRunFailed, 503, "the run was stopped after a fatal event (%s); no further requests are possible", b.fatalReason()))
 	}
-	if !slices.Contains(sv.Methods, req.method) {
+	if !sv.AllowsMethod(req.method) {
 		return b.refuseService(x, name, req.method, refuse(ReasonMethod, 405, "method %s is not allowed for service %q; the grant allows %s", quote(req.method), name, strings.Join(sv.Methods, ", ")))
 	}
-	if !slices.ContainsFunc(sv.Paths, func(p string) bool { return matchPath(p, rest) }) {
+	if !sv.AllowsPath(rest) {
 		return b.refuseService(x, name, req.method, refuse(ReasonServicePath, 403, "path %s is not allowed for service %q; the grant allows %s", quote(rest), name, strings.Join(sv.Paths, ", ")))
 	}
 	if fe := sv.checkQuery(req.query); fe != nil {
@@ -445,6 +404,9 @@ func (b *Broker) serveService(x *exchange, req *request) bool {
 	if err != nil {
 		if s.reflects([]byte(err.Error())) {
 			return b.withholdService(x, 0, "an upstream error")
+		}
+		if r := netguard.ReasonOf(err); r != "" && r != netguard.ReasonDialFailed {
+			return b.serviceFailure(x, 0, ReasonServiceAddress, 502, fmt.Sprintf("service %q was not dialled: its address was refused (%s); moat dials only global unicast addresses", name, r))
 		}
 		return b.serviceFailure(x, 0, ReasonUpstreamError, 502, fmt.Sprintf("service %q could not be reached: %s", name, upstreamErrText(err)))
 	}

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,32 +19,36 @@ import (
 
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/internal/gitsrv"
+	"github.com/moat-sandbox/moat/internal/netguard"
+	"github.com/moat-sandbox/moat/policy"
 )
 
 const testSvcCred = "ghp_test-SVCCRED-0123456789abcdef"
 
-// loopbackDial stands in for the SSRF guard in broker tests: it dials
-// only the one test server's address, whatever the name.
-func loopbackDial(addr string) func(ctx context.Context, network, _ string) (net.Conn, error) {
-	return func(ctx context.Context, network, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, network, addr)
-	}
+// testGuard is the SSRF guard told that 127.0.0.1, the test server's
+// address, counts as global (the test-only option); testGuardStrict is
+// the guard as moat runs it.
+func testGuard() func(ctx context.Context, network, address string) (net.Conn, error) {
+	return netguard.New(netguard.WithTestGlobal(netip.MustParseAddr("127.0.0.1"))).DialContext
 }
 
 // gitGrant is the grant of the test git server.
-func gitGrant(base string) ServiceGrant {
-	return ServiceGrant{Name: "git", BaseURL: base, Auth: "basic", CredentialEnv: "GIT_TOKEN",
+func gitGrant(base string) policy.EgressService {
+	return policy.EgressService{Name: "git", BaseURL: base, Auth: "basic", CredentialEnv: "GIT_TOKEN",
 		Methods: []string{"GET", "POST"}, Paths: []string{"/repo.git/*"},
-		Query: []string{"service=git-upload-pack|git-receive-pack"}, MaxRequests: 1000}
+		Query: map[string][]string{"service": {"git-upload-pack", "git-receive-pack"}}, MaxRequests: 1000}
 }
 
 // serviceHarness is a broker with one service route in front of srv.
-func serviceHarness(t *testing.T, srv *gitsrv.Server, g ServiceGrant) *harness {
+func serviceHarness(t *testing.T, srv *gitsrv.Server, g policy.EgressService, opts ...func(*ServicesConfig)) *harness {
 	t.Helper()
 	fp := newFakeProvider(t, false)
-	svc, err := NewServices(ServicesConfig{Grants: []ServiceGrant{g}, Credentials: map[string]string{g.Name: testSvcCred},
-		Guarded: []string{testCred}, Dial: loopbackDial(srv.Listener.Addr().String()), RootCAs: srv.RootCAs()})
+	cfg := ServicesConfig{Grants: []policy.EgressService{g}, Credentials: map[string]string{g.Name: "git:" + testSvcCred},
+		Guarded: []string{testCred}, Dial: testGuard(), RootCAs: srv.RootCAs()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	svc, err := NewServices(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,8 +375,8 @@ func TestServiceAllowance(t *testing.T) {
 func TestServiceUnconfigured(t *testing.T) {
 	srv := startGit(t, 1)
 	fp := newFakeProvider(t, false)
-	svc, err := NewServices(ServicesConfig{Grants: []ServiceGrant{gitGrant(srv.URL)},
-		Dial: loopbackDial(srv.Listener.Addr().String()), RootCAs: srv.RootCAs()})
+	svc, err := NewServices(ServicesConfig{Grants: []policy.EgressService{gitGrant(srv.URL)},
+		Dial: testGuard(), RootCAs: srv.RootCAs()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,53 +392,47 @@ func TestServiceUnconfigured(t *testing.T) {
 }
 
 func TestNewServicesRefuses(t *testing.T) {
-	dial := loopbackDial("127.0.0.1:1")
-	good := ServiceGrant{Name: "gh", BaseURL: "https://github.com", Auth: "bearer", Methods: []string{"GET"}, Paths: []string{"/*"}, MaxRequests: 1}
-	if _, err := NewServices(ServicesConfig{Grants: []ServiceGrant{good}, Credentials: map[string]string{"gh": testSvcCred}, Dial: dial}); err != nil {
+	good := policy.EgressService{Name: "gh", BaseURL: "https://github.com", Auth: "bearer", Methods: []string{"GET"}, Paths: []string{"/*"}, MaxRequests: 1}
+	creds := map[string]string{"gh": testSvcCred}
+	if _, err := NewServices(ServicesConfig{Grants: []policy.EgressService{good}, Credentials: creds, Dial: testGuard()}); err != nil {
 		t.Fatalf("control: %v", err)
 	}
-	if _, err := NewServices(ServicesConfig{Grants: []ServiceGrant{good}}); err == nil {
+	if _, err := NewServices(ServicesConfig{Grants: []policy.EgressService{good}, Credentials: creds}); err == nil {
 		t.Error("no dialer: accepted")
 	}
-	for name, mod := range map[string]func(*ServiceGrant){
-		"http":          func(g *ServiceGrant) { g.BaseURL = "http://github.com" },
-		"userinfo":      func(g *ServiceGrant) { g.BaseURL = "https://u:p@github.com" },
-		"query":         func(g *ServiceGrant) { g.BaseURL = "https://github.com/?a=b" },
-		"name-slash":    func(g *ServiceGrant) { g.Name = "a/b" },
-		"auth":          func(g *ServiceGrant) { g.Auth = "digest" },
-		"path-star":     func(g *ServiceGrant) { g.Paths = []string{"/a*"} },
-		"path-dot":      func(g *ServiceGrant) { g.Paths = []string{"/a/../b"} },
-		"query-pattern": func(g *ServiceGrant) { g.Query = []string{"service=a%20b"} },
-		"connect":       func(g *ServiceGrant) { g.Methods = []string{"CONNECT"} },
+	for name, mod := range map[string]func(*policy.EgressService){
+		"http":       func(g *policy.EgressService) { g.BaseURL = "http://github.com" },
+		"userinfo":   func(g *policy.EgressService) { g.BaseURL = "https://u:p@github.com" },
+		"query":      func(g *policy.EgressService) { g.BaseURL = "https://github.com/?a=b" },
+		"name-slash": func(g *policy.EgressService) { g.Name = "a/b" },
+		"auth":       func(g *policy.EgressService) { g.Auth = "digest" },
+		"basic":      func(g *policy.EgressService) { g.Auth = "basic" }, // the credential holds no user:
+		"no-auth":    func(g *policy.EgressService) { g.Auth = "" },      // a credential and no auth
 	} {
 		g := good
 		mod(&g)
-		if _, err := NewServices(ServicesConfig{Grants: []ServiceGrant{g}, Credentials: map[string]string{"gh": testSvcCred}, Dial: dial}); err == nil {
+		if _, err := NewServices(ServicesConfig{Grants: []policy.EgressService{g}, Credentials: creds, Dial: testGuard()}); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
 }
 
-func TestMatchPath(t *testing.T) {
-	for _, c := range []struct {
-		pattern, path string
-		want          bool
-	}{
-		{"/o/r.git/*", "/o/r.git/info/refs", true},
-		{"/o/r.git/*", "/o/r.git/git-upload-pack", true},
-		{"/o/r.git/*", "/o/r.git", false},
-		{"/o/r.git/*", "/o/r.git/", false},
-		{"/o/r.git/*", "/o/other.git/info/refs", false},
-		{"/*/r.git/*", "/x/r.git/a", true},
-		{"/*/r.git/*", "/x/y/r.git/a", false},
-		{"/o/r.git/info/refs", "/o/r.git/info/refs", true},
-		{"/o/r.git/info/refs", "/o/r.git/info/refs/x", false},
-		{"/*", "/", false},
-		{"/*", "/a", true},
-	} {
-		if got := matchPath(c.pattern, c.path); got != c.want {
-			t.Errorf("matchPath(%q, %q) = %v, want %v", c.pattern, c.path, got, c.want)
-		}
+// TestServiceGuard: with the guard as moat runs it (no test address),
+// the service on 127.0.0.1 is refused before any byte leaves, and
+// journaled; the test guard (control) reaches it.
+func TestServiceGuard(t *testing.T) {
+	srv := startGit(t, 1)
+	strict := serviceHarness(t, srv, gitGrant(srv.URL), func(c *ServicesConfig) { c.Dial = netguard.New().DialContext })
+	r := strict.raw(get("/svc/git/repo.git/info/refs?service=git-upload-pack"))
+	if r.status != 502 || Reason(r.header.Get("Moat-Reason")) != ReasonServiceAddress || len(srv.Seen()) != 0 {
+		t.Fatalf("strict guard: status %d reason %q, server saw %d", r.status, r.header.Get("Moat-Reason"), len(srv.Seen()))
+	}
+	if last := strict.lastRecord(); last["type"] != audit.TypeServiceFailed || last["reason"] != string(ReasonServiceAddress) {
+		t.Fatalf("last record %v", last)
+	}
+	h := serviceHarness(t, srv, gitGrant(srv.URL))
+	if r := h.raw(get("/svc/git/repo.git/info/refs?service=git-upload-pack")); r.status != 200 || len(srv.Seen()) != 1 {
+		t.Fatalf("control: status %d, server saw %d", r.status, len(srv.Seen()))
 	}
 }
 
@@ -441,7 +440,8 @@ func TestMatchPath(t *testing.T) {
 // accepts has a plain path (no dot or empty segments, no escapes) and a
 // query of unreserved bytes only once the grant accepted it.
 func FuzzServiceTarget(f *testing.F) {
-	sv, _, err := newService(gitGrant("https://git.example"), testSvcCred, &ServicesConfig{Dial: loopbackDial("127.0.0.1:1")})
+	g := gitGrant("https://git.example")
+	sv, _, err := newService(&g, "git:"+testSvcCred, &ServicesConfig{Dial: testGuard()})
 	if err != nil {
 		f.Fatal(err)
 	}
