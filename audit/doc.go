@@ -134,13 +134,20 @@
 // # Tool calls
 //
 // A tool server named in the policy's tools.mcp is reached only through
-// the broker (MCP JSON-RPC at /mcp/<name>). Four record types cover it;
+// the broker (MCP JSON-RPC at /mcp/<name>). Five record types cover it;
 // their members, in payload (RFC 8785) order:
 //
-//	tool.requested  arguments_bytes, arguments_sha256, attribution, call_id, server, tool
-//	tool.completed  call_id, is_error, result_bytes, result_sha256
-//	tool.refused    attribution, call_id, detail, method (omitempty), reason, server, tool (omitempty)
-//	tool.failed     call_id, detail, reason
+//	tool.requested         arguments_bytes, arguments_sha256, attribution, call_id, server, tool
+//	tool.completed         call_id, is_error, result_bytes, result_sha256
+//	tool.refused           attribution, call_id, detail, method (omitempty), reason, server, tool (omitempty)
+//	tool.failed            call_id, detail, reason
+//	tool.server_confirmed  checks (omitempty), properties, ready, reason (omitempty), server
+//
+// tool.server_confirmed is the measurement of a command server's own
+// sandbox (its members as boundary.confirmed's, with the server's name),
+// journaled once per command server after boundary.confirmed and before
+// the server starts; ready false means the server was not started and the
+// run was refused. It is not counted in run.terminated's counts.
 //
 // call_id is "moatcall_" followed by 24 lowercase hex digits, fresh per
 // JSON-RPC request. tool.requested is the pre-effect record of a

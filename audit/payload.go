@@ -95,7 +95,7 @@ func knownRecord(r Record) bool {
 	switch r.(type) {
 	case RunStarted, BoundaryConfirmed, InferenceRequested, InferenceCompleted,
 		InferenceRefused, InferenceFailed, ProcessStarted, ProcessExited, ProcessFailed, RunTerminated,
-		ToolRequested, ToolCompleted, ToolRefused, ToolFailed,
+		ToolRequested, ToolCompleted, ToolRefused, ToolFailed, ToolServerConfirmed,
 		ServiceRequested, ServiceCompleted, ServiceRefused, ServiceFailed,
 		EgressOpened, EgressClosed, EgressRefused:
 		return true

@@ -109,6 +109,8 @@ func Describe(r Record) string {
 			s += " reason=" + strconv.Quote(r.Reason)
 		}
 		return s
+	case ToolServerConfirmed:
+		return "server=" + strconv.Quote(r.Server) + " " + Describe(BoundaryConfirmed{Ready: r.Ready, Properties: r.Properties, Reason: r.Reason})
 	case InferenceRequested:
 		return fmt.Sprintf("id=%s %s %s model=%s stream=%t reserved=%d %s", r.RequestID, r.Provider, r.Endpoint, r.Model, r.Stream, r.ReservedTokens, describeAttribution(r.Attribution))
 	case InferenceCompleted:

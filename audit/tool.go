@@ -1,5 +1,7 @@
 package audit
 
+import "github.com/moat-sandbox/moat/confirmation"
+
 // Tool call records (MCP, issue 12). A tools/call that the broker admits
 // is journaled as tool.requested, durable before the call reaches the
 // server, and then closed by exactly one tool.completed or tool.failed
@@ -11,6 +13,9 @@ const (
 	TypeToolCompleted = "tool.completed"
 	TypeToolRefused   = "tool.refused"
 	TypeToolFailed    = "tool.failed"
+	// TypeToolServerConfirmed is the measurement of a command server's
+	// own sandbox, journaled before the server starts.
+	TypeToolServerConfirmed = "tool.server_confirmed"
 )
 
 // ToolRequested is the pre-effect record of one tools/call.
@@ -56,6 +61,24 @@ type ToolFailed struct {
 	Reason string `json:"reason"`
 	Detail string `json:"detail"`
 }
+
+// ToolServerConfirmed is the measurement of a command tool server's own
+// sandbox, made from inside it as boundary.confirmed is of the workload's,
+// before the server starts: ready only when the measured properties are
+// Ready (no network beyond its loopback, the filesystem only its grants,
+// the process confined). A server whose sandbox is not ready is not
+// started, and the run is refused.
+type ToolServerConfirmed struct {
+	Server     string                  `json:"server"`
+	Ready      bool                    `json:"ready"`
+	Properties confirmation.Properties `json:"properties"`
+	Reason     string                  `json:"reason,omitempty"` // why not ready
+	Checks     []Check                 `json:"checks,omitempty"`
+}
+
+func (ToolServerConfirmed) RecordType() string { return TypeToolServerConfirmed }
+
+func init() { recordTypes[TypeToolServerConfirmed] = decodeAs[ToolServerConfirmed] }
 
 func (ToolRequested) RecordType() string { return TypeToolRequested }
 func (ToolCompleted) RecordType() string { return TypeToolCompleted }

@@ -167,3 +167,47 @@ func TestToolDescribe(t *testing.T) {
 		}
 	}
 }
+
+// TestToolServerConfirmed: a server's sandbox measurement signs, verifies,
+// decodes back, renders, and is not a tool call: run.terminated has no
+// counts.tools for it. A not-ready one carries its reason.
+func TestToolServerConfirmed(t *testing.T) {
+	w, priv := newTestWriter(t)
+	bc := sampleRecords()[0].(BoundaryConfirmed)
+	recs := []Record{runStarted(w), bc,
+		ToolServerConfirmed{Server: "calc", Ready: true, Properties: bc.Properties, Checks: bc.Checks},
+		ToolServerConfirmed{Server: "files", Ready: false, Properties: bc.Properties, Reason: "network: a host address was reachable"},
+		RunTerminated{Reason: ReasonRefused, ExitCode: 125}}
+	var lines [][]byte
+	for _, r := range recs {
+		line, err := w.Append(r)
+		if err != nil {
+			t.Fatalf("Append %s: %v", r.RecordType(), err)
+		}
+		lines = append(lines, line)
+	}
+	if r := Verify(joinLines(lines), priv.Public().(ed25519.PublicKey)); r.Status != Complete || r.Terminal.Counts != (Counts{}) {
+		t.Fatalf("got %v (%v), counts %+v", r.Status, r.Err, r.Terminal)
+	}
+	for i := 2; i <= 3; i++ {
+		e, err := ParseLine(lines[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(e.Record, recs[i]) {
+			t.Errorf("line %d: got %#v, want %#v", i+1, e.Record, recs[i])
+		}
+	}
+	if d := Describe(recs[2]); !strings.HasPrefix(d, `server="calc" ready=true `) {
+		t.Errorf("Describe: %s", d)
+	}
+	if d := Describe(recs[3]); !strings.Contains(d, `ready=false`) || !strings.Contains(d, `reason="network: a host address was reachable"`) {
+		t.Errorf("Describe: %s", d)
+	}
+	// Control: where boundary.confirmed belongs (line 2) it is refused.
+	w2, _ := newTestWriter(t)
+	w2.Append(runStarted(w2))
+	if _, err := w2.Append(ToolServerConfirmed{Server: "calc", Ready: true, Properties: bc.Properties}); err == nil {
+		t.Error("tool.server_confirmed accepted on line 2")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,8 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/moat-sandbox/moat/internal/receiver"
 )
 
 // mcpProbe is the probe's "mcp" action: the official Go SDK's client,
@@ -203,7 +206,7 @@ func testToolsMCP(t *testing.T, backend string) {
 			types = append(types, typ+":"+fmt.Sprint(p["tool"]))
 		}
 	}
-	wantTypes := "tool.requested:add tool.completed:<nil> tool.refused:mul tool.requested:env tool.completed:<nil> tool.requested:env tool.completed:<nil> tool.requested:env tool.completed:<nil>"
+	wantTypes := "tool.server_confirmed:<nil> tool.requested:add tool.completed:<nil> tool.refused:mul tool.requested:env tool.completed:<nil> tool.requested:env tool.completed:<nil> tool.requested:env tool.completed:<nil>"
 	if got := strings.Join(types, " "); got != wantTypes {
 		t.Errorf("journal tool records:\n got %s\nwant %s", got, wantTypes)
 	}
@@ -213,6 +216,65 @@ func testToolsMCP(t *testing.T, backend string) {
 	}
 	if show := e.moat("audit", "show", filepath.Join(runDir, "journal.jsonl")); show.code != 0 || !strings.Contains(show.stdout, "tool.requested") {
 		t.Errorf("audit show: %s", show)
+	}
+}
+
+// TestToolsServerSandboxConfirmed: the server's own sandbox is measured
+// before the server starts (tool.server_confirmed, ready, in the journal
+// after boundary.confirmed and before any call), and a server that tries
+// to reach host receivers over TCP and UDP when it starts reaches
+// neither, while the host's own deliveries to the same receiver (the
+// control) arrive; the server still serves its call.
+func TestToolsServerSandboxConfirmed(t *testing.T) {
+	recv, err := receiver.Start(receiver.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recv.Close()
+	tcpAddr, udpAddr := recv.TCP.Addr().String(), recv.UDP.LocalAddr().String()
+	for _, network := range []string{"tcp", "udp"} {
+		addr := map[string]string{"tcp": tcpAddr, "udp": udpAddr}[network]
+		c, err := net.Dial(network, addr)
+		if err != nil {
+			t.Fatalf("control: %v", err)
+		}
+		c.Write([]byte("control\n"))
+		c.Close()
+	}
+	waitFor(t, "the host's control deliveries", 5*time.Second, func() bool { return recv.Count() == 2 })
+
+	e := newEnv(t)
+	calc := buildMCPCalc(t, e.binDir)
+	logDir := e.newWorkspace("mcplog")
+	t.Setenv("MOAT_E2E_CALC_TOKEN", "calc-token-e2e-0123456789abcdef")
+	pol := toolsPolicy(e, calc, logDir, "--dial", "tcp:"+tcpAddr, "--dial", "udp:"+udpAddr)
+	r := e.helper(pol, "mcp=add")
+	if r.code != 0 || !strings.Contains(r.stdout, "mcp-result add 5") {
+		t.Fatalf("run: %s", r)
+	}
+	time.Sleep(200 * time.Millisecond) // a late datagram would have arrived
+	if n := recv.Count(); n != 2 {
+		t.Errorf("the receiver saw %d arrivals, want only the host's 2: %v", n, recv.Seen())
+	}
+	runDir := onlyRunDir(t, e.auditDir)
+	stderrLog, _ := os.ReadFile(filepath.Join(runDir, "tools", "calc.stderr"))
+	t.Logf("the server's stderr:\n%s", stderrLog)
+	if !strings.Contains(string(stderrLog), "mcp-calc: dial tcp:"+tcpAddr+": ") || strings.Contains(string(stderrLog), "mcp-calc: dial tcp:"+tcpAddr+": <nil>") {
+		t.Errorf("the server's TCP attempt did not fail (or did not run): %q", stderrLog)
+	}
+	var types []string
+	for _, p := range journalPayloads(t, filepath.Join(runDir, "journal.jsonl")) {
+		typ, _ := p["type"].(string)
+		types = append(types, typ)
+		if typ == "tool.server_confirmed" {
+			props, _ := p["properties"].(map[string]any)
+			if p["ready"] != true || p["server"] != "calc" || props == nil {
+				t.Errorf("tool.server_confirmed: %v", p)
+			}
+		}
+	}
+	if got := strings.Join(types, " "); !strings.HasPrefix(got, "run.started boundary.confirmed tool.server_confirmed ") || !strings.Contains(got, " tool.requested") {
+		t.Errorf("journal order: %s", got)
 	}
 }
 

@@ -46,7 +46,7 @@ var recordTypes = []string{
 	"run.started", "boundary.confirmed", "inference.requested", "inference.completed",
 	"inference.refused", "inference.failed", "process.started", "process.exited",
 	"process.failed", "run.terminated",
-	"tool.requested", "tool.completed", "tool.refused", "tool.failed",
+	"tool.requested", "tool.completed", "tool.refused", "tool.failed", "tool.server_confirmed",
 }
 
 // Journal statuses, as `moat audit verify` reports them.

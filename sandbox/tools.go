@@ -19,6 +19,7 @@ import (
 
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/boundary/measure"
 	"github.com/moat-sandbox/moat/broker"
 	"github.com/moat-sandbox/moat/broker/tools"
 	"github.com/moat-sandbox/moat/internal/reaper"
@@ -57,7 +58,7 @@ type toolServers struct {
 // startToolServers connects every tools.mcp entry: command servers in
 // their own sandboxes, url servers over streamable HTTP. On error what
 // was started is stopped.
-func startToolServers(ctx context.Context, be boundary.Backend, pol *policy.Policy, runID, stateDir, runDir string, rp *reaper.Reaper, log *slog.Logger) (*toolServers, map[string]tools.Upstream, error) {
+func startToolServers(ctx context.Context, be boundary.Backend, pol *policy.Policy, runID, stateDir, runDir string, rp *reaper.Reaper, log *slog.Logger, journal func(audit.Record) error) (*toolServers, map[string]tools.Upstream, error) {
 	ts := &toolServers{}
 	ups := map[string]tools.Upstream{}
 	for i := range pol.Tools.MCP {
@@ -76,7 +77,7 @@ func startToolServers(ctx context.Context, be boundary.Backend, pol *policy.Poli
 		if e.URL != "" {
 			t = tools.URLTransport(e.URL, cred)
 		} else {
-			t, err = ts.startCommand(cctx, be, pol, e, cred, runID, stateDir, runDir, rp)
+			t, err = ts.startCommand(cctx, be, pol, e, cred, runID, stateDir, runDir, rp, journal)
 		}
 		var s *tools.Session
 		if err == nil {
@@ -96,9 +97,10 @@ func startToolServers(ctx context.Context, be boundary.Backend, pol *policy.Poli
 	return ts, ups, nil
 }
 
-// startCommand prepares the server's sandbox and starts its command with
-// stdin and stdout on pipes to moat.
-func (ts *toolServers) startCommand(ctx context.Context, be boundary.Backend, pol *policy.Policy, e *policy.MCPServer, cred, runID, stateDir, runDir string, rp *reaper.Reaper) (sdk.Transport, error) {
+// startCommand prepares the server's sandbox, confirms it by measurement
+// (confirmServer) and starts its command with stdin and stdout on pipes
+// to moat.
+func (ts *toolServers) startCommand(ctx context.Context, be boundary.Backend, pol *policy.Policy, e *policy.MCPServer, cred, runID, stateDir, runDir string, rp *reaper.Reaper, journal func(audit.Record) error) (sdk.Transport, error) {
 	spol := pol.ServerPolicy(e)
 	if spol == nil {
 		return nil, errors.New("BUG: a command server without a sandbox policy")
@@ -114,6 +116,9 @@ func (ts *toolServers) startCommand(ctx context.Context, be boundary.Backend, po
 	ts.mu.Lock()
 	ts.sandboxes = append(ts.sandboxes, sb)
 	ts.mu.Unlock()
+	if err := confirmServer(ctx, sb, e.Name, spol, dir, rp, journal); err != nil {
+		return nil, err
+	}
 	env := serverEnv(spol.Process.Env, e.CredentialEnv, cred)
 	inR, inW, err := os.Pipe()
 	if err != nil {
@@ -143,6 +148,42 @@ func (ts *toolServers) startCommand(ctx context.Context, be boundary.Backend, po
 		return nil, fmt.Errorf("starting %q: %w", e.Command[0], err)
 	}
 	return &sdk.IOTransport{Reader: outR, Writer: inW}, nil
+}
+
+// confirmServer measures a command server's sandbox from inside, as the
+// workload's is measured (boundary/measure: its network, its filesystem
+// against its own grants and the host's secrets, its process
+// confinement), and journals tool.server_confirmed before the server
+// starts. A sandbox that is not Ready (e.g. it reaches a network beyond
+// its loopback, or a file outside its grants) is journaled not ready and
+// the run is refused: the server never starts.
+func confirmServer(ctx context.Context, sb boundary.Sandbox, name string, spol *policy.Policy, stateDir string, rp *reaper.Reaper, journal func(audit.Record) error) error {
+	li, err := sb.Listener()
+	if err != nil {
+		return fmt.Errorf("its sandbox gave no loopback listener to measure with: %w", err)
+	}
+	secrets, err := hostSecrets(stateDir, spol)
+	if err != nil {
+		return err
+	}
+	props, rep, err := measure.Confirm(ctx, sb, measure.Config{
+		BrokerPort: li.Port, ReadWrite: spol.Filesystem.ReadWrite, ReadOnly: spol.Filesystem.ReadOnly,
+		HostSecrets: secrets, Reaper: rp,
+	})
+	if err == nil {
+		err = boundary.Ready(props, boundary.Requirements{})
+	}
+	rec := audit.ToolServerConfirmed{Server: name, Ready: err == nil, Properties: props, Checks: checksOf(rep)}
+	if err != nil {
+		rec.Reason = err.Error()
+	}
+	if jerr := journal(rec); jerr != nil {
+		return fmt.Errorf("journal: %w", jerr)
+	}
+	if err != nil {
+		return fmt.Errorf("its sandbox is not Ready, so it was not started: %w", err)
+	}
+	return nil
 }
 
 // serverEnv is the server's whole environment: its policy env and its
@@ -234,7 +275,8 @@ func (s *Session) openTools(ctx context.Context, be boundary.Backend, providerCr
 	if len(s.pol.Tools.MCP) == 0 {
 		return nil, nil, nil
 	}
-	ts, ups, err := startToolServers(ctx, be, s.pol, s.RunID, s.stateDir, filepath.Dir(s.w.JournalPath()), s.reaper, s.log)
+	journal := func(r audit.Record) error { _, err := s.w.Append(r); return err }
+	ts, ups, err := startToolServers(ctx, be, s.pol, s.RunID, s.stateDir, filepath.Dir(s.w.JournalPath()), s.reaper, s.log, journal)
 	if err != nil {
 		return nil, nil, err
 	}

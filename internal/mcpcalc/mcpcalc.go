@@ -21,8 +21,10 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -82,6 +84,11 @@ func Main(args []string, self []string) int {
 	logPath := fs.String("log", "", "append a line per call received to this file")
 	detach := fs.Bool("detach-child", false, "start a detached child (setsid) that outlives this server: tests use it to show that moat reaps a server's descendants")
 	sleep := fs.Bool("sleep", false, "sleep for ever (the detached child)")
+	var dials []string
+	fs.Func("dial", "NETWORK:ADDRESS (tcp or udp) to try to send to when starting, the result on stderr: tests use it to show that a server's sandbox has no network", func(v string) error {
+		dials = append(dials, v)
+		return nil
+	})
 	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
 		fmt.Fprintln(os.Stderr, "usage: mcp-calc [--log FILE] [--detach-child]")
 		return 2
@@ -93,6 +100,15 @@ func Main(args []string, self []string) int {
 	}
 	// Servers log to stderr; moat keeps it from the workload.
 	fmt.Fprintf(os.Stderr, "mcp-calc: serving on stdio (pid %d)\n", os.Getpid())
+	for _, d := range dials {
+		network, addr, _ := strings.Cut(d, ":")
+		c, err := net.DialTimeout(network, addr, 2*time.Second)
+		if err == nil {
+			_, err = c.Write([]byte("mcp-calc escape\n"))
+			c.Close()
+		}
+		fmt.Fprintf(os.Stderr, "mcp-calc: dial %s: %v\n", d, err)
+	}
 	if *detach {
 		if err := detachChild(self); err != nil {
 			fmt.Fprintln(os.Stderr, "mcp-calc:", err)
