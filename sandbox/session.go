@@ -432,8 +432,12 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[strin
 		return err
 	}
 	s.tools = ts
+	svc, err := s.openServices(ctx, toolCredentials(pol, creds))
+	if err != nil {
+		return err
+	}
 	brk, err := broker.New(broker.Config{
-		Policy: pol, Journal: s.w, Attributor: sb.Attributor(), Tools: gw,
+		Policy: pol, Journal: s.w, Attributor: sb.Attributor(), Tools: gw, Services: svc,
 		AttributionUnavailable: sb.Mechanisms().AttributionUnavailable,
 		Credentials:            creds,
 		Log:                    s.log,
@@ -479,6 +483,7 @@ func checksOf(rep *measure.Report) []audit.Check {
 func (s *Session) env(terminal bool) []string {
 	extra := broker.WorkloadEnv(s.BrokerPort, s.pol)
 	extra = append(extra, toolEnv(s.BrokerPort, s.pol)...)
+	extra = append(extra, serviceEnv(s.pol)...)
 	if _, own := s.pol.Process.Env["TERM"]; terminal && s.term != "" && !own {
 		extra = append(extra, "TERM="+s.term)
 	}
