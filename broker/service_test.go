@@ -20,6 +20,7 @@ import (
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/internal/gitsrv"
 	"github.com/moat-sandbox/moat/internal/netguard"
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -57,9 +58,7 @@ func serviceHarness(t *testing.T, srv *gitsrv.Server, g policy.EgressService, op
 
 func startGit(t *testing.T, refs int) *gitsrv.Server {
 	t.Helper()
-	if gitsrv.Backend() == "" {
-		t.Skip("git http-backend is not installed") // CI installs git (scripts/test)
-	}
+	testenv.Need(t, gitsrv.Backend() != "", "git http-backend is not installed (CI installs git: .ci/run)")
 	root := t.TempDir()
 	if refs >= 0 {
 		if err := gitsrv.MakeRepo(root, "repo.git", refs); err != nil {
@@ -228,9 +227,10 @@ func TestServiceRefusals(t *testing.T) {
 func TestServiceGzipBody(t *testing.T) {
 	srv := startGit(t, 1)
 	var got []byte
-	srv.SetRespond(func(w http.ResponseWriter, r *http.Request) {
+	srv.SetRespond(func(w http.ResponseWriter, r *http.Request) bool {
 		got, _ = io.ReadAll(r.Body)
 		w.Write([]byte("ok"))
+		return true
 	})
 	h := serviceHarness(t, srv, gitGrant(srv.URL))
 	plain := bytes.Repeat([]byte("0032have 0123456789abcdef0123456789abcdef01234567\n"), 100)
@@ -282,11 +282,12 @@ func TestServiceRedirect(t *testing.T) {
 		status int
 		want   int
 	}{{302, 502}, {301, 502}, {307, 502}, {308, 502}, {200, 200}, {304, 304}} {
-		srv.SetRespond(func(w http.ResponseWriter, r *http.Request) {
+		srv.SetRespond(func(w http.ResponseWriter, r *http.Request) bool {
 			if c.status != 200 && c.status != 304 {
 				w.Header().Set("Location", "https://elsewhere.example/x")
 			}
 			w.WriteHeader(c.status)
+			return true
 		})
 		before := len(srv.Seen())
 		r := h.raw(get("/svc/git/repo.git/info/refs?service=git-upload-pack", "Connection: close"))
@@ -320,7 +321,7 @@ func TestServiceReflection(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			srv := startGit(t, -1)
-			srv.SetRespond(c.respond)
+			srv.SetRespond(func(w http.ResponseWriter, r *http.Request) bool { c.respond(w, r); return true })
 			h := serviceHarness(t, srv, gitGrant(srv.URL))
 			r := h.raw(get("/svc/git/repo.git/info/refs?service=git-upload-pack", "User-Agent: git/2.39"))
 			leaked := strings.Contains(r.body, testSvcCred) || strings.Contains(r.body, testCred) || strings.Contains(fmt.Sprint(r.header), "Basic ")

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -20,9 +21,8 @@ func servicePolicy() *policy.Policy {
 // TestGitConfig: git itself reads the file moat writes and rewrites each
 // base_url to the broker; a URL of no service is left alone (control).
 func TestGitConfig(t *testing.T) {
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git is not installed")
-	}
+	_, err := exec.LookPath("git")
+	testenv.Need(t, err == nil, "git is not installed (CI installs it: .ci/run)")
 	f := filepath.Join(t.TempDir(), "gitconfig")
 	if err := os.WriteFile(f, gitConfig(4242, servicePolicy()), 0o644); err != nil {
 		t.Fatal(err)

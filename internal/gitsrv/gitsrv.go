@@ -27,9 +27,10 @@ type Server struct {
 
 	mu   sync.Mutex
 	seen []Seen
-	// Respond, when set, answers instead of http-backend (tests of a
-	// misbehaving service).
-	Respond http.HandlerFunc
+	// Respond, when set, sees each request first and reports whether it
+	// answered it; else http-backend does (tests of a misbehaving
+	// service).
+	Respond func(w http.ResponseWriter, r *http.Request) bool
 }
 
 // Seen is one request as the server received it.
@@ -76,8 +77,7 @@ func Start(root string) (*Server, error) {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
 		r.Header.Del("Transfer-Encoding")
-		if respond != nil {
-			respond(w, r)
+		if respond != nil && respond(w, r) {
 			return
 		}
 		if r.Header.Get("Authorization") == "" {
@@ -93,8 +93,8 @@ func Start(root string) (*Server, error) {
 	return s, nil
 }
 
-// SetRespond replaces the answer (nil: http-backend again).
-func (s *Server) SetRespond(f http.HandlerFunc) {
+// SetRespond sets Respond (nil: http-backend for every request).
+func (s *Server) SetRespond(f func(w http.ResponseWriter, r *http.Request) bool) {
 	s.mu.Lock()
 	s.Respond = f
 	s.mu.Unlock()
