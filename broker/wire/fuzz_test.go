@@ -73,6 +73,13 @@ func TestExamples(t *testing.T) {
 // answers as the oracle does (admitTree: the same checks on a decoded
 // tree), and that an admitted request's Canonical is itself admitted,
 // unchanged, with the same model, tokens and stream flag.
+//
+// Run them with a short -fuzzminimizetime (1s): the seeds are whole agent
+// turns of about 3 KiB, and the toolchain minimizes every input that finds
+// new coverage for up to 60 s by default, reporting no executions
+// meanwhile. That, not admission, is why a plain -fuzz run seemed to stall
+// after its seed corpus (a minute per new input at ~25,000 executions a
+// second; with 1s, 20,000-30,000 a second throughout).
 func fuzzAdmit(f *testing.F, api string) {
 	for _, ex := range loadExamples(f, api) {
 		f.Add(ex.body)
