@@ -101,6 +101,9 @@ type Config struct {
 	// Services, when set, serves every path under ServicesPathPrefix
 	// (/svc/): the policy's egress.services (service.go).
 	Services *Services
+	// Egress, when set, is the egress port's grants and guard
+	// (egress.go): ServeEgress accepts CONNECT tunnels to granted hosts.
+	Egress *Egress
 	// AttributionUnavailable, when non-empty, says the backend is
 	// endpoint-only; this reason is recorded on every request.
 	AttributionUnavailable string
@@ -366,7 +369,7 @@ func (b *Broker) appendAsync(rec audit.Record, async bool) (line []byte, wait fu
 		return nil, nil, false
 	}
 	switch r := rec.(type) {
-	case audit.InferenceRequested, audit.InferenceRefused, audit.ToolRequested, audit.ToolRefused:
+	case audit.InferenceRequested, audit.InferenceRefused, audit.ToolRequested, audit.ToolRefused, audit.EgressOpened, audit.EgressRefused:
 		if b.written.Load() >= b.maxBytes {
 			b.journalFull()
 			return nil, nil, false

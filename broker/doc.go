@@ -38,6 +38,23 @@
 //     credential (scan.go), passes SSE through as it arrives and journals
 //     inference.completed with status, sha256, size and token usage.
 //
+// # The egress port
+//
+// The port above (the inference port) keeps refusing CONNECT and the
+// absolute form. Tunnels to the policy's egress.hosts are served on a
+// second listener, the egress port, also on the sandbox's loopback
+// (ServeEgress, egress.go): it takes only a strict "CONNECT host:port"
+// for a granted host (no byte after the head before the answer, so no
+// smuggled data and no pipelined CONNECT), resolves the name once through
+// the guard (internal/netguard: global unicast addresses only), answers
+// 200, requires the TLS ClientHello's server name to equal the CONNECT
+// host, journals egress.opened durably and only then dials exactly the
+// checked address and relays TLS end to end (moat does not intercept it),
+// within the grant's connection and byte budgets, the run's tunnel cap and
+// its idle and total timeouts; egress.closed records the bytes each way.
+// A refusal is journaled as egress.refused with a reason code and, before
+// the 200, answered 403 with a body that names the grant to add.
+//
 // Buffered request and response bytes of all connections share one budget
 // (MaxBufferedBytes), because the broker runs in the supervisor, outside
 // the sandbox's memory limit; a request that cannot get its share in time
