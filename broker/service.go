@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -9,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -499,18 +502,24 @@ func (s *Services) headReflects(status string, h http.Header) bool {
 }
 
 // gunzipCapped decodes a gzip request body under MaxBodyBytes, charging
-// the decoded bytes to the request's memory share.
+// the decoded bytes to the request's memory share. A body that is not
+// gzip, is corrupt or ends early is refused: nothing but the whole
+// decoded body is ever sent.
 func gunzipCapped(body []byte, ch *charge) ([]byte, *frontError) {
-	out, ok, err := decompress(body, MaxBodyBytes)
-	var fe *frontError
-	switch {
-	case errors.As(err, &fe):
-		return nil, refuse(ReasonBodyTooLarge, 413, "the decoded request body is over the limit of %d bytes", MaxBodyBytes)
-	case err != nil || !ok || body[0] != 0x1f:
+	zr, err := gzip.NewReader(bytes.NewReader(body))
+	if err != nil {
 		return nil, refuse(ReasonServiceEncoding, 400, "the request body is not valid gzip")
+	}
+	out, err := io.ReadAll(io.LimitReader(zr, MaxBodyBytes+1))
+	switch {
+	case err != nil:
+		return nil, refuse(ReasonServiceEncoding, 400, "the gzip request body is corrupt or ends early")
+	case len(out) > MaxBodyBytes:
+		return nil, refuse(ReasonBodyTooLarge, 413, "the decoded request body is over the limit of %d bytes", MaxBodyBytes)
 	}
 	if ch != nil {
 		if err := ch.takeRaw(int64(len(out))); err != nil {
+			var fe *frontError
 			if errors.As(err, &fe) {
 				return nil, fe
 			}

@@ -262,6 +262,13 @@ func TestServiceGzipBody(t *testing.T) {
 	if pl["body_sha256"] != gz["body_sha256"] || pl["encoded_sha256"] != nil || pl["content_encoding"] != nil {
 		t.Errorf("plain record %v", pl)
 	}
+	// A truncated gzip body is refused, not sent in part.
+	before := len(srv.Seen())
+	cut := zb.Bytes()[:zb.Len()-8]
+	head0 := fmt.Sprintf("POST /svc/git/repo.git/git-upload-pack HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n", len(cut))
+	if r := h.raw(head0 + string(cut)); r.header.Get("Moat-Reason") != string(ReasonServiceEncoding) || len(srv.Seen()) != before {
+		t.Errorf("truncated gzip: status %d reason %q, server saw %d", r.status, r.header.Get("Moat-Reason"), len(srv.Seen())-before)
+	}
 	// A gzip bomb over MaxBodyBytes is refused.
 	zb.Reset()
 	zw = gzip.NewWriter(&zb)
