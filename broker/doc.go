@@ -11,7 +11,8 @@
 //     trailers, obsolete folding, bare CR or LF, NUL and control bytes,
 //     queries, percent-encoding, dot or empty segments, backslashes,
 //     Content-Encoding and oversized heads or bodies are refused and the
-//     connection closed. net/http's server is not used: it resolves some
+//     connection closed (under /svc/ a checked query and a gzip body are
+//     accepted: see Brokered services). net/http's server is not used: it resolves some
 //     of these ambiguities (identical duplicate Content-Length) instead of
 //     refusing them, so the front is written here, in stages modelled on
 //     net/http's readRequest and fixLength, with named limits;
@@ -54,6 +55,23 @@
 // its idle and total timeouts; egress.closed records the bytes each way.
 // A refusal is journaled as egress.refused with a reason code and, before
 // the 200, answered 403 with a body that names the grant to add.
+//
+// # Brokered services
+//
+// The policy's egress.services are served on the inference port under
+// ServicesPathPrefix, /svc/<name>/<path> (service.go, Config.Services),
+// through the same front with two additions: a query string, each
+// parameter checked against the grant's allowlist byte for byte, and a
+// Content-Encoding: gzip body, decoded whole under MaxBodyBytes. The
+// method and path are checked against the grant; only a few workload
+// headers are forwarded, and credential headers from the workload are
+// refused; service.requested (headers and body digests, both for a gzip
+// body) is durable before the broker sends the request with the grant's
+// credential over TLS through the guard's dialer; a redirect is refused,
+// never followed or passed back; the answer is buffered, scanned for
+// every credential the run holds (a reflection ends the run) and
+// journaled as service.completed. Refusals are service.refused and count
+// in inference.max_refusals; each grant has its own max_requests.
 //
 // Buffered request and response bytes of all connections share one budget
 // (MaxBufferedBytes), because the broker runs in the supervisor, outside
