@@ -32,6 +32,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -179,13 +180,16 @@ func appendValue(buf []byte, v any, depth int) ([]byte, error) {
 
 // walk validates b token by token (size, depth, number range, and all of
 // jsontext's strict checks) and, when out is non-nil, builds the tree.
+// Validation alone (out nil) allocates nothing per token: member names
+// and strings are checked by the decoder without being copied out, and a
+// number's text is read in place.
 func walk(b []byte, out *any) error {
 	if len(b) > MaxBytes {
 		return &Error{Offset: -1, Reason: fmt.Sprintf("%v: %d bytes, limit %d", ErrTooLarge, len(b), MaxBytes), Err: ErrTooLarge}
 	}
-	dec := jsontext.NewDecoder(bytes.NewBuffer(b),
-		jsontext.AllowDuplicateNames(false),
-		jsontext.AllowInvalidUTF8(false))
+	d := getDecoder(b)
+	defer putDecoder(d)
+	dec := &d.dec
 	v, err := readValue(dec, out != nil)
 	if err != nil {
 		return err
@@ -203,7 +207,59 @@ func walk(b []byte, out *any) error {
 	return nil
 }
 
+// decoder is a strict jsontext.Decoder with the buffer it reads, reused
+// through a pool so that its state (the name sets of the objects it is
+// in, its token stack) keeps its storage from one document to the next.
+type decoder struct {
+	buf bytes.Buffer
+	dec jsontext.Decoder
+}
+
+// strict is the decoder's configuration. jsontext's defaults already
+// refuse duplicate names and invalid UTF-8; they are stated so that no
+// change of default can weaken them.
+var strict = []jsontext.Options{jsontext.AllowDuplicateNames(false), jsontext.AllowInvalidUTF8(false)}
+
+var decoders = sync.Pool{New: func() any { return new(decoder) }}
+
+func getDecoder(b []byte) *decoder {
+	d := decoders.Get().(*decoder)
+	d.buf = *bytes.NewBuffer(b) // jsontext reads a bytes.Buffer in place
+	d.dec.Reset(&d.buf, strict...)
+	return d
+}
+
+// putDecoder returns d to the pool, pointing at nothing of the document.
+func putDecoder(d *decoder) {
+	d.buf = bytes.Buffer{}
+	d.dec.Reset(&d.buf, strict...)
+	decoders.Put(d)
+}
+
+// checkNumber refuses the number s (valid JSON, just read by dec) when
+// it is outside the double range.
+func checkNumber(dec *jsontext.Decoder, s string) error {
+	if _, err := strconv.ParseFloat(s, 64); err != nil {
+		var ne *strconv.NumError
+		if errors.As(err, &ne) && ne.Err == strconv.ErrRange {
+			return &Error{Offset: dec.InputOffset(), Reason: fmt.Sprintf("%v: %.40q", ErrNumberRange, s), Err: ErrNumberRange}
+		}
+		return &Error{Offset: -1, Reason: err.Error(), Err: err} // jsontext errors carry their offset
+	}
+	return nil
+}
+
 func readValue(dec *jsontext.Decoder, build bool) (any, error) {
+	if !build && dec.PeekKind() == '0' {
+		// The number's bytes, in the decoder's buffer: string(raw) is
+		// passed to ParseFloat, which keeps nothing of it, so short
+		// numbers are converted without an allocation.
+		raw, err := dec.ReadValue()
+		if err != nil {
+			return nil, &Error{Offset: -1, Reason: err.Error(), Err: err} // jsontext errors carry their offset
+		}
+		return nil, checkNumber(dec, string(raw))
+	}
 	tok, err := dec.ReadToken()
 	if err != nil {
 		if err == io.EOF {
@@ -225,15 +281,8 @@ func readValue(dec *jsontext.Decoder, build bool) (any, error) {
 		return tok.String(), nil
 	case '0':
 		s := tok.String()
-		if _, err := strconv.ParseFloat(s, 64); err != nil {
-			var ne *strconv.NumError
-			if errors.As(err, &ne) && ne.Err == strconv.ErrRange {
-				return nil, &Error{Offset: dec.InputOffset(), Reason: fmt.Sprintf("%v: %.40q", ErrNumberRange, s), Err: ErrNumberRange}
-			}
-			return nil, &Error{Offset: -1, Reason: err.Error(), Err: err} // jsontext errors carry their offset
-		}
-		if !build {
-			return nil, nil
+		if err := checkNumber(dec, s); err != nil {
+			return nil, err
 		}
 		return Number(s), nil
 	case '{', '[':
@@ -259,14 +308,19 @@ func readObject(dec *jsontext.Decoder, build bool) (any, error) {
 		if err != nil {
 			return nil, &Error{Offset: -1, Reason: err.Error(), Err: err} // jsontext errors carry their offset
 		}
+		if !build {
+			// The decoder has checked the name (UTF-8, not a duplicate).
+			if _, err := readValue(dec, false); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		name := tok.String()
 		v, err := readValue(dec, build)
 		if err != nil {
 			return nil, err
 		}
-		if build {
-			m[name] = v
-		}
+		m[name] = v
 	}
 	if _, err := dec.ReadToken(); err != nil {
 		return nil, &Error{Offset: -1, Reason: err.Error(), Err: err} // jsontext errors carry their offset
