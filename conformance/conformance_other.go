@@ -26,8 +26,5 @@ var _ = context.Background
 // ProbeMain is the in-sandbox probe; it needs Linux.
 func ProbeMain([]string) int { return reexec.Unsupported(ProbeHelper) }
 
-// EUIDMain prints the effective uid; the suite needs Linux.
-func EUIDMain([]string) int { return reexec.Unsupported(EUIDHelper) }
-
 // ReceiverMain is the test host's receiver; it needs Linux.
 func ReceiverMain([]string) int { return reexec.Unsupported(ReceiverHelper) }

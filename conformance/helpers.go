@@ -6,6 +6,5 @@ import "github.com/moat-sandbox/moat/internal/reexec"
 // internal/cli/hidden.go.
 const (
 	ProbeHelper    = reexec.Prefix + "conf-probe"    // ProbeMain: in the sandbox, attempt actions, print one line each
-	EUIDHelper     = reexec.Prefix + "conf-euid"     // EUIDMain: print the effective uid (run setuid-root)
 	ReceiverHelper = reexec.Prefix + "conf-receiver" // ReceiverMain: in the test host's netns, log what arrives
 )

@@ -17,6 +17,7 @@ import (
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/confirmation"
 	"github.com/moat-sandbox/moat/internal/fsutil"
+	"github.com/moat-sandbox/moat/internal/probekit"
 	"github.com/moat-sandbox/moat/internal/receiver"
 )
 
@@ -79,7 +80,7 @@ func egressConfinement(ctx context.Context, h *harness) Result {
 	defer rcv.Close()
 	rcv.controlDelivery(v)
 
-	actions := []string{"tcp=" + rcv.TCP.Addr().String(), "udp=" + rcv.UDP.LocalAddr().String(), "infer="}
+	actions := []string{"tcp=" + rcv.TCP.Addr().String(), "udp=" + rcv.UDP.LocalAddr().String(), "infer=" + providerModel}
 	th, terr := newTestHost(h)
 	if terr == nil {
 		defer th.close()
@@ -100,7 +101,7 @@ func egressConfinement(ctx context.Context, h *harness) Result {
 		switch {
 		case !found:
 			v.invalid("the probe did not report %s", a)
-		case a == "infer=":
+		case a == "infer="+providerModel:
 			v.control(ok, "an allowed request through the broker (%s)", detail)
 		case strings.HasPrefix(a, "udp="):
 			// A UDP send "succeeds" locally whether or not anything can
@@ -164,7 +165,7 @@ func filesystemConfinement(ctx context.Context, h *harness) Result {
 	_, err2 := os.Stat(roTarget)
 	v.violation(err != nil && err2 != nil, "no new file appeared outside the grants on the host")
 	b, err = os.ReadFile(inside)
-	v.control(err == nil && strings.Contains(string(b), "conformance probe"), "the workspace write landed on the host")
+	v.control(err == nil && string(b) == probekit.Written, "the workspace write landed on the host")
 	return v.result()
 }
 
@@ -179,7 +180,7 @@ func privilegeFloor(ctx context.Context, h *harness) Result {
 			os.Chmod(suid, os.ModeSetuid|0o755)
 			// Control: outside the sandbox, the same file raises an
 			// ordinary user's euid to 0.
-			out, err := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", suid, EUIDHelper).Output()
+			out, err := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", suid, probekit.EUIDHelper).Output()
 			v.control(err == nil && strings.TrimSpace(string(out)) == "euid=0", "outside the sandbox the setuid-root file gives uid 65534 euid 0 (%q, %v)", strings.TrimSpace(string(out)), err)
 			actions = append(actions, "exec-euid="+suid)
 		} else {
@@ -221,11 +222,11 @@ func privilegeFloor(ctx context.Context, h *harness) Result {
 
 func attribution(ctx context.Context, h *harness) Result {
 	v := &verdict{}
-	out, err := h.probeRun(ctx, "infer=")
+	out, err := h.probeRun(ctx, "infer="+providerModel)
 	if err != nil || out.code != 0 {
 		return runFailed(v, out, err)
 	}
-	ok, detail, _ := out.result("infer=")
+	ok, detail, _ := out.result("infer=" + providerModel)
 	v.control(ok, "an allowed request through the broker (%s)", detail)
 	ents, res, err := out.journal()
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/moat-sandbox/moat/internal/probekit"
 )
 
 // testHost is a host of the suite's own, in a network namespace that the
@@ -94,7 +96,7 @@ func (th *testHost) addr(port int) string { return net.JoinHostPort(th.ip, fmt.S
 func (th *testHost) controlDelivery(v *verdict) {
 	okTCP := dialOK("tcp", th.addr(80))
 	okDNS := dialOK("tcp", th.addr(53))
-	_, derr := dnsUDP(th.addr(53))
+	_, derr := probekit.DNSQuery(th.addr(53))
 	time.Sleep(100 * time.Millisecond)
 	th.controls = len(th.events())
 	v.control(okTCP && okDNS && derr == nil && th.controls == 3,

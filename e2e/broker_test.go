@@ -130,10 +130,10 @@ func TestRunSDKsThroughBroker(t *testing.T) {
 	wantOK(t, r, "sdk-openai-chat=gpt-e2e")
 	wantOK(t, r, "sdk-openai-responses=gpt-e2e")
 	wantErr(t, r, "sdk-anthropic=claude-not-allowed", "not allowed")
-	if !strings.Contains(line(t, r, "answer sdk-anthropic-stream=claude-e2e"), fakeprovider.StreamText) {
+	if !strings.Contains(line(t, r, "sdk-anthropic-stream=claude-e2e"), fakeprovider.StreamText) {
 		t.Errorf("stream: %s", r)
 	}
-	if !strings.Contains(line(t, r, "answer sdk-openai-responses=gpt-e2e"), fakeprovider.Text) {
+	if !strings.Contains(line(t, r, "sdk-openai-responses=gpt-e2e"), fakeprovider.Text) {
 		t.Errorf("responses: %s", r)
 	}
 	all := append(p.Requests(), ptls.Requests()...)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moat-sandbox/moat/internal/probekit"
 	"github.com/moat-sandbox/moat/internal/reexec"
 	"github.com/moat-sandbox/moat/internal/reexec/reexectest"
 	"github.com/moat-sandbox/moat/internal/testenv"
@@ -30,8 +31,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	// The test binary doubles as the in-sandbox workload (probe_test.go).
-	code := reexectest.Run(m, reexec.Helper{Name: helperArg, Main: helperMain})
+	// The test binary doubles as the in-sandbox workload (probe_test.go),
+	// and as the euid report that its fork and exec actions run.
+	code := reexectest.Run(m, reexec.Helper{Name: helperArg, Main: helperMain},
+		reexec.Helper{Name: probekit.EUIDHelper, Main: probekit.EUIDMain})
 	if builtBin != "" {
 		os.RemoveAll(filepath.Dir(builtBin))
 	}

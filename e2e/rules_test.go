@@ -110,7 +110,12 @@ func TestRunBrokerRulesThroughSandbox(t *testing.T) {
 	}
 	var got []string
 	for _, l := range strings.Split(r.stdout, "\n") {
-		if s, ok := strings.CutPrefix(l, "rawresult "); ok {
+		if rest, ok := strings.CutPrefix(l, "raw="); ok {
+			_, res, _ := strings.Cut(rest, " ")
+			s, ok := strings.CutPrefix(res, "ok ")
+			if !ok {
+				t.Fatalf("a raw exchange failed: %s\n%s", l, r)
+			}
 			got = append(got, s)
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moat-sandbox/moat/examples"
+	"github.com/moat-sandbox/moat/internal/probekit"
 	"github.com/moat-sandbox/moat/internal/receiver"
 )
 
@@ -37,7 +38,7 @@ func line(t *testing.T, r result, action string) string {
 
 func wantOK(t *testing.T, r result, action string) {
 	t.Helper()
-	if got := line(t, r, action); got != "ok" {
+	if got := line(t, r, action); got != "ok" && !strings.HasPrefix(got, "ok ") {
 		t.Errorf("%s: got %q, want ok (positive control)", action, got)
 	}
 }
@@ -143,7 +144,7 @@ func TestRunFilesystemWalls(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(e.dir, "outside")); err == nil {
 		t.Errorf("a file appeared outside the workspace")
 	}
-	if b, err := os.ReadFile(filepath.Join(e.workspace, "inside")); err != nil || !strings.Contains(string(b), "inside") {
+	if b, err := os.ReadFile(filepath.Join(e.workspace, "inside")); err != nil || string(b) != probekit.Written {
 		t.Errorf("workspace write did not land on the host: %q %v", b, err)
 	}
 }
@@ -363,26 +364,26 @@ func TestRunIsolationOfFDsEnvAndPIDs(t *testing.T) {
 		t.Fatalf("%v %s", err, out)
 	}
 	s := string(out)
+	r := result{stdout: s}
 	if strings.Contains(s, "hunter2") {
 		t.Errorf("a secret from moat's environment is visible inside:\n%s", s)
 	}
-	if !strings.Contains(s, "env: ") || !strings.Contains(s, "PATH=/usr/bin:/bin") {
+	if env := line(t, r, "env="); !strings.HasPrefix(env, "ok ") || !strings.Contains(env, "PATH=/usr/bin:/bin") {
 		t.Errorf("the policy's env is missing inside (positive control):\n%s", s)
 	}
-	for _, l := range strings.Split(s, "\n") {
-		if strings.HasPrefix(l, "fds: ") {
-			for _, fd := range strings.Fields(strings.TrimPrefix(l, "fds: ")) {
-				n, _ := strconv.Atoi(fd)
-				if n > 3 { // 0-2 stdio, 3 is ReadDir's own
-					t.Errorf("an extra fd is open inside: %s", l)
-				}
-			}
+	fds, ok := strings.CutPrefix(line(t, r, "fds="), "ok ")
+	if !ok {
+		t.Errorf("fds: %s", s)
+	}
+	for _, fd := range strings.Fields(fds) {
+		n, _ := strconv.Atoi(fd)
+		if n > 3 { // 0-2 stdio, 3 is ReadDir's own
+			t.Errorf("an extra fd is open inside: %s", fds)
 		}
-		if strings.HasPrefix(l, "pids: ") {
-			if n := len(strings.Fields(strings.TrimPrefix(l, "pids: "))); n > 4 || n < 1 {
-				t.Errorf("/proc inside shows %d pids (want only the sandbox's): %s", n, l)
-			}
-		}
+	}
+	pids, ok := strings.CutPrefix(line(t, r, "pids="), "ok ")
+	if n := len(strings.Fields(pids)); !ok || n > 4 || n < 1 {
+		t.Errorf("/proc inside shows %d pids (want only the sandbox's): %s", n, pids)
 	}
 	if !strings.Contains(s, fmt.Sprintf("kill0=%d err", os.Getpid())) && os.Getpid() != 1 {
 		t.Errorf("a host pid is signalable from inside:\n%s", s)

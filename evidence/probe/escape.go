@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/moat-sandbox/moat/internal/probekit"
 )
 
 // Names shared with the controller for the cases of the escape classes
@@ -43,7 +45,7 @@ var SetIDAttacks = []string{
 func init() {
 	caseSteps["host-datagram-socket"] = func(p *runner) {
 		p.control("before")
-		for _, how := range dgramWays {
+		for _, how := range probekit.DatagramWays {
 			p.dgram(how, p.Unixgram)
 		}
 		p.control("after")
@@ -52,10 +54,10 @@ func init() {
 		p.control("before")
 		ws := p.Workspace
 		for _, name := range SetIDAttacks {
-			detail, err := setID(filepath.Join(ws, name))
+			detail, err := probekit.SetID(filepath.Join(ws, name))
 			p.step(name, 0, err, detail)
 		}
-		detail, err := chmodNew(filepath.Join(ws, SetIDPlain), 0o755)
+		detail, err := probekit.ChmodNew(filepath.Join(ws, SetIDPlain), 0o755)
 		p.step(SetIDPlain, 0, err, detail)
 		p.control("after")
 	}
@@ -104,4 +106,10 @@ func init() {
 		time.Sleep(10 * time.Millisecond)
 		p.control("after")
 	}
+}
+
+// dgram sends the attack marker to the datagram socket at addr one way
+// (one of probekit.DatagramWays).
+func (p *runner) dgram(how, addr string) {
+	p.step("dgram-"+how, 0, probekit.SendDatagram(how, addr, []byte("escape "+AttackMarker)), "")
 }

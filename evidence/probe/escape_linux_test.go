@@ -5,11 +5,14 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/internal/probekit"
 )
 
 // Outside a sandbox every datagram way reaches a pathname datagram socket:
@@ -24,7 +27,7 @@ func TestDgramWaysDeliverUnconfined(t *testing.T) {
 	defer pc.Close()
 	var out bytes.Buffer
 	p := &runner{out: &out}
-	for _, how := range dgramWays {
+	for _, how := range probekit.DatagramWays {
 		p.dgram(how, sock)
 		pc.SetReadDeadline(time.Now().Add(2 * time.Second))
 		buf := make([]byte, 256)
@@ -41,7 +44,7 @@ func TestSetIDAttacksWorkUnconfined(t *testing.T) {
 	dir := t.TempDir()
 	for _, name := range SetIDAttacks {
 		p := filepath.Join(dir, name)
-		detail, err := setID(p)
+		detail, err := probekit.SetID(p)
 		if err != nil {
 			if name == "setid-openat2-4755" && err == unix.ENOSYS {
 				continue
@@ -53,7 +56,11 @@ func TestSetIDAttacksWorkUnconfined(t *testing.T) {
 		if err := unix.Lstat(p, &st); err != nil {
 			t.Fatal(err)
 		}
-		want := modeOf(name) & 0o6000
+		mode, err := strconv.ParseUint(name[strings.LastIndexByte(name, '-')+1:], 8, 32)
+		if err != nil {
+			t.Fatalf("%s: no octal mode at the end of the name", name)
+		}
+		want := uint32(mode) & 0o6000
 		if name == "setid-mkdir-2755" {
 			want = 0
 		}
@@ -61,7 +68,7 @@ func TestSetIDAttacksWorkUnconfined(t *testing.T) {
 			t.Errorf("%s: set-id bits %#o, want %#o", name, got, want)
 		}
 	}
-	if _, err := chmodNew(filepath.Join(dir, SetIDPlain), 0o755); err != nil {
+	if _, err := probekit.ChmodNew(filepath.Join(dir, SetIDPlain), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if st, err := os.Stat(filepath.Join(dir, SetIDPlain)); err != nil || st.Mode().Perm() != 0o755 {

@@ -6,18 +6,18 @@
 package probe
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/moat-sandbox/moat/internal/probekit"
 )
 
 // Markers shared with the controller (package evidence).
@@ -119,21 +119,8 @@ func (p *runner) step(name string, status int, err error, extra string) {
 	fmt.Fprintln(p.out, string(b))
 }
 
-func waitFile(path string, d time.Duration) error {
-	if path == "" {
-		return nil
-	}
-	deadline := time.Now().Add(d)
-	for {
-		if _, err := os.Stat(path); err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out waiting for %s", path)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// waitFile waits for a marker file ("" is none).
+var waitFile = probekit.WaitFile
 
 func (p *runner) run() {
 	if err := waitFile(p.Marker, markerWait); err != nil {
@@ -200,24 +187,8 @@ func (p *runner) control(label string) int {
 // raw sends bytes over a fresh TCP connection to the broker and reports
 // the first line of whatever comes back (or that the connection closed).
 func (p *runner) raw(name, data string) {
-	c, err := net.DialTimeout("tcp", p.broker, stepTimeout)
-	if err != nil {
-		p.step(name, 0, err, "")
-		return
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(stepTimeout))
-	if _, err := io.WriteString(c, data); err != nil {
-		p.step(name, 0, err, "")
-		return
-	}
-	if tc, ok := c.(*net.TCPConn); ok {
-		tc.CloseWrite()
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	status := 0
-	fmt.Sscanf(line, "HTTP/1.1 %d", &status)
-	p.step(name, status, err, strings.TrimSpace(line))
+	line, err := probekit.Exchange(p.broker, []byte(data), stepTimeout)
+	p.step(name, probekit.StatusCode(line), err, strings.TrimSpace(line))
 }
 
 // rawPost frames a POST by hand: headers given verbatim.
@@ -236,17 +207,7 @@ func chunk(s string) string { return fmt.Sprintf("%x\r\n%s\r\n", len(s), s) }
 
 // dial tries to deliver an escape payload directly to a host receiver.
 func (p *runner) dial(name, network, addr string) {
-	if addr == "" {
-		p.step(name, 0, errors.New("no address given"), "")
-		return
-	}
-	c, err := net.DialTimeout(network, addr, stepTimeout)
-	if err == nil {
-		c.SetDeadline(time.Now().Add(stepTimeout))
-		_, err = io.WriteString(c, "escape "+AttackMarker)
-		c.Close()
-	}
-	p.step(name, 0, err, "")
+	p.step(name, 0, probekit.Dial(network, addr, "escape "+AttackMarker), "")
 }
 
 // httpPost sends an HTTP request carrying the attack marker straight to a

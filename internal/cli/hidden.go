@@ -12,6 +12,7 @@ import (
 	"github.com/moat-sandbox/moat/evidence"
 	"github.com/moat-sandbox/moat/evidence/probe"
 	"github.com/moat-sandbox/moat/internal/mcpcalc"
+	"github.com/moat-sandbox/moat/internal/probekit"
 	"github.com/moat-sandbox/moat/internal/reaper"
 	"github.com/moat-sandbox/moat/internal/reexec"
 	"github.com/moat-sandbox/moat/sandbox"
@@ -46,10 +47,13 @@ var hidden = []reexec.Helper{
 	// moat demo and moat evidence run: the example MCP tool server (examples/mcp-calc).
 	{Name: mcpcalc.Helper, Main: mcpcalc.HelperMain},
 
-	// moat conformance: the suite's probe, setuid check and receiver.
+	// moat conformance: the suite's probe and the test host's receiver.
 	{Name: conformance.ProbeHelper, Main: conformance.ProbeMain},
-	{Name: conformance.EUIDHelper, Main: conformance.EUIDMain},
 	{Name: conformance.ReceiverHelper, Main: conformance.ReceiverMain},
+	// Every probe's (internal/probekit) euid report: fork, exec-euid and
+	// unshare-user run it, and conformance runs a setuid-root copy of moat
+	// as it.
+	{Name: probekit.EUIDHelper, Main: probekit.EUIDMain},
 }
 
 func demoAgentMain(args []string) int { return probe.Main(args, os.Stdout) }

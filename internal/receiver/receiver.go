@@ -3,6 +3,15 @@
 // sandbox must not reach, reporting every arrival. A test starts one,
 // gives its ports to the workload, and then expects no Event (and, as its
 // positive control, one from a process outside the sandbox).
+//
+// The conformance suite's test host runs the same listeners as a process
+// of its own in a network namespace it creates (conformance.ReceiverMain,
+// the hidden helper __moat-conf-receiver), logging each Event to a file:
+// one concept, the process form only because a listener cannot be moved
+// into another namespace. The evidence suite's receivers
+// (evidence.Receivers) are not this one: they are a product, with abstract
+// and pathname sockets, a secret nonce telling the controller's own
+// delivery from a hit, and persisted, hashed events.
 package receiver
 
 import (
@@ -42,12 +51,14 @@ type Options struct {
 	// EchoUDP sends each datagram back to its sender, so that a sender
 	// that waits for an answer gets one.
 	EchoUDP bool
+	// TCPOnly listens on TCP alone (UDP is nil, UDPAddr unused).
+	TCPOnly bool
 }
 
 // Receiver listens on TCP and UDP until Close.
 type Receiver struct {
 	TCP net.Listener
-	UDP net.PacketConn
+	UDP net.PacketConn // nil with Options.TCPOnly
 	// Events has each arrival, in order, until Close.
 	Events <-chan Event
 
@@ -71,14 +82,19 @@ func Start(o Options) (*Receiver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("receiver: %w", err)
 	}
-	ul, err := net.ListenPacket("udp", o.UDPAddr)
-	if err != nil {
-		tl.Close()
-		return nil, fmt.Errorf("receiver: %w", err)
-	}
-	r := &Receiver{TCP: tl, UDP: ul, events: make(chan Event, eventBuffer)}
+	r := &Receiver{TCP: tl, events: make(chan Event, eventBuffer)}
 	r.Events = r.events
-	r.wg.Add(2)
+	if !o.TCPOnly {
+		ul, err := net.ListenPacket("udp", o.UDPAddr)
+		if err != nil {
+			tl.Close()
+			return nil, fmt.Errorf("receiver: %w", err)
+		}
+		r.UDP = ul
+		r.wg.Add(1)
+		go r.serveUDP(o.EchoUDP)
+	}
+	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
 		for {
@@ -90,21 +106,22 @@ func Start(o Options) (*Receiver, error) {
 			c.Close()
 		}
 	}()
-	go func() {
-		defer r.wg.Done()
-		buf := make([]byte, MaxDatagram)
-		for {
-			n, from, err := ul.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			r.report(Event{Net: "udp", From: from.String(), Data: append([]byte(nil), buf[:n]...)})
-			if o.EchoUDP {
-				ul.WriteTo(buf[:n], from)
-			}
-		}
-	}()
 	return r, nil
+}
+
+func (r *Receiver) serveUDP(echo bool) {
+	defer r.wg.Done()
+	buf := make([]byte, MaxDatagram)
+	for {
+		n, from, err := r.UDP.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		r.report(Event{Net: "udp", From: from.String(), Data: append([]byte(nil), buf[:n]...)})
+		if echo {
+			r.UDP.WriteTo(buf[:n], from)
+		}
+	}
 }
 
 func (r *Receiver) report(e Event) {
@@ -115,9 +132,15 @@ func (r *Receiver) report(e Event) {
 	}
 }
 
-// TCPPort and UDPPort are the ports listened on.
+// TCPPort and UDPPort are the ports listened on (UDPPort is 0 with
+// Options.TCPOnly).
 func (r *Receiver) TCPPort() int { return r.TCP.Addr().(*net.TCPAddr).Port }
-func (r *Receiver) UDPPort() int { return r.UDP.LocalAddr().(*net.UDPAddr).Port }
+func (r *Receiver) UDPPort() int {
+	if r.UDP == nil {
+		return 0 // TCPOnly
+	}
+	return r.UDP.LocalAddr().(*net.UDPAddr).Port
+}
 
 // Count is the number of arrivals so far, dropped Events included.
 func (r *Receiver) Count() int { return int(r.n.Load()) }
@@ -142,7 +165,9 @@ func (r *Receiver) Seen() []Event {
 // closed after the last arrival.
 func (r *Receiver) Close() {
 	r.TCP.Close()
-	r.UDP.Close()
+	if r.UDP != nil {
+		r.UDP.Close()
+	}
 	r.wg.Wait()
 	r.once.Do(func() { close(r.events) })
 }

@@ -86,3 +86,32 @@ func TestStartBadAddr(t *testing.T) {
 		t.Fatal("got no error for a bad address")
 	}
 }
+
+// TCPOnly listens on TCP alone; the same options without it listen on UDP
+// too (the control).
+func TestReceiverTCPOnly(t *testing.T) {
+	r, err := Start(Options{TCPOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", r.TCP.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if e := <-r.Events; e.Net != "tcp" {
+		t.Errorf("event %v, want tcp", e)
+	}
+	if r.UDP != nil || r.UDPPort() != 0 {
+		t.Errorf("TCPOnly listens on UDP: %v", r.UDP)
+	}
+	r.Close()
+	both, err := Start(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer both.Close()
+	if both.UDP == nil || both.UDPPort() == 0 {
+		t.Error("without TCPOnly there is no UDP listener")
+	}
+}
