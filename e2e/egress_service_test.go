@@ -55,13 +55,20 @@ curl -s --path-as-is "$B/echo.git/info/refs?service=git-upload-pack"
 // git configuration of its own; the credential stays in moat. Attacks
 // from the same run are refused and never reach the server, each with
 // its control; the server's redirect is not passed on, and its echo of
-// the credential is withheld and ends the run.
+// the credential is withheld and ends the run. On native and, as root,
+// on gVisor.
 func TestEgressServiceGit(t *testing.T) {
 	for _, tool := range []string{"git", "curl"} {
 		_, err := exec.LookPath(tool)
 		testenv.Need(t, err == nil, tool+" is not installed")
 	}
 	testenv.Need(t, gitsrv.Backend() != "", "git http-backend is not installed")
+	for _, backend := range ttyBackends(t) { // native, and gVisor as root
+		t.Run(backend, func(t *testing.T) { testEgressServiceGit(t, backend) })
+	}
+}
+
+func testEgressServiceGit(t *testing.T, backend string) {
 	bin := hooksBin(t)
 	e := newEnv(t)
 	root := filepath.Join(e.dir, "repos")
@@ -90,7 +97,8 @@ func TestEgressServiceGit(t *testing.T) {
 	})
 	ca := filepath.Join(e.dir, "ca.pem")
 	writeFile(t, ca, string(srv.CAPEM()))
-	pol := e.policy(fmt.Sprintf(`egress:
+	pol := e.policy(fmt.Sprintf(`backend: %s
+egress:
   services:
     - name: git
       base_url: %s
@@ -101,7 +109,7 @@ func TestEgressServiceGit(t *testing.T) {
       paths: ["/repo.git/*", "/redirect.git/*", "/echo.git/*"]
       query: {service: [git-upload-pack, git-receive-pack]}
       max_requests: 1000
-`, srv.URL, ca))
+`, backend, srv.URL, ca))
 	cmd := exec.Command(bin, "run", "--policy", pol, "--", "/bin/sh", "-c", egressServiceScript)
 	cmd.Dir = e.dir
 	cmd.Env = append(os.Environ(), "MOAT_STATE_DIR="+e.stateDir, "MOAT_TEST_GLOBAL_ADDR=127.0.0.1", "MOAT_E2E_GIT_CRED="+cred)
