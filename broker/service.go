@@ -389,7 +389,7 @@ func (b *Broker) serveService(x *exchange, req *request) bool {
 	u := *sv.base
 	u.Path = strings.TrimSuffix(u.Path, "/") + rest
 	u.RawPath, u.RawQuery = "", req.query
-	hreq, err := http.NewRequestWithContext(b.ctx, req.method, u.String(), strings.NewReader(string(body)))
+	hreq, err := http.NewRequestWithContext(b.ctx, req.method, u.String(), bytes.NewReader(body))
 	if err != nil {
 		return b.serviceFailure(x, 0, ReasonInternal, 500, "BUG: building the service request: "+err.Error())
 	}
