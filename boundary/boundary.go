@@ -184,6 +184,14 @@ type Attributor interface {
 	Attribute(conn net.Conn) Attribution
 }
 
+// EgressListening is implemented by a sandbox that can give the broker
+// a second listener on its loopback, the egress port (CONNECT tunnels to
+// the policy's egress.hosts). A backend makes it only when the policy
+// has egress hosts (Spec.Policy); ok is false when there is none.
+type EgressListening interface {
+	EgressListener() (li ListenerInfo, ok bool, err error)
+}
+
 // ListenerInfo is the broker's listening socket inside the sandbox.
 type ListenerInfo struct {
 	File *os.File // a listening TCP socket, already bound and listening

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -89,6 +90,9 @@ type Session struct {
 	Backend    string
 	Properties boundary.Properties
 	BrokerPort int
+	// EgressPort is the broker's egress port inside the sandbox (egress.go);
+	// 0 when the policy has no egress hosts.
+	EgressPort int
 
 	pol      *policy.Policy
 	w        *audit.Writer
@@ -398,12 +402,21 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[strin
 		return &RefusedError{Msg: msg}
 	}
 	s.BrokerPort = li.Port
+	eli, egressOn, err := egressListener(sb, be.Name(), pol)
+	if err != nil {
+		li.File.Close()
+		s.confirmFailed(boundary.Properties{}, err.Error())
+		return err
+	}
+	if egressOn {
+		s.EgressPort = eli.Port
+	}
 	secrets, err := hostSecrets(s.stateDir, pol)
 	if err != nil {
 		return err
 	}
 	props, rep, err := measure.Confirm(ctx, sb, measure.Config{
-		BrokerPort: li.Port, ReadWrite: pol.Filesystem.ReadWrite, ReadOnly: pol.Filesystem.ReadOnly,
+		BrokerPort: li.Port, EgressPort: s.EgressPort, ReadWrite: pol.Filesystem.ReadWrite, ReadOnly: pol.Filesystem.ReadOnly,
 		HostSecrets: secrets, RequireAttribution: pol.Inference.RequireAttribution, Reaper: s.reaper,
 	})
 	s.Properties = props
@@ -436,8 +449,15 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[strin
 	if err != nil {
 		return err
 	}
+	var eg *broker.Egress
+	var eln net.Listener
+	if egressOn {
+		if eg, eln, err = openEgress(pol, eli); err != nil {
+			return fmt.Errorf("broker: %w", err)
+		}
+	}
 	brk, err := broker.New(broker.Config{
-		Policy: pol, Journal: s.w, Attributor: sb.Attributor(), Tools: gw, Services: svc,
+		Policy: pol, Journal: s.w, Attributor: sb.Attributor(), Tools: gw, Services: svc, Egress: eg,
 		AttributionUnavailable: sb.Mechanisms().AttributionUnavailable,
 		Credentials:            creds,
 		Log:                    s.log,
@@ -449,6 +469,9 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[strin
 		},
 	})
 	if err != nil {
+		if eln != nil {
+			eln.Close()
+		}
 		return fmt.Errorf("broker: %w", err)
 	}
 	ln, err := fileListener(li.File)
@@ -457,6 +480,9 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[strin
 	}
 	s.brk = brk
 	go brk.Serve(ln)
+	if eln != nil {
+		go brk.ServeEgress(eln)
+	}
 	return nil
 }
 
@@ -484,6 +510,7 @@ func (s *Session) env(terminal bool) []string {
 	extra := broker.WorkloadEnv(s.BrokerPort, s.pol)
 	extra = append(extra, toolEnv(s.BrokerPort, s.pol)...)
 	extra = append(extra, serviceEnv(s.pol)...)
+	extra = append(extra, egressEnv(s.EgressPort, s.pol)...)
 	if _, own := s.pol.Process.Env["TERM"]; terminal && s.term != "" && !own {
 		extra = append(extra, "TERM="+s.term)
 	}

@@ -130,7 +130,7 @@ func (backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.Sandbo
 	for _, d := range s.cgroups {
 		s.reaper.Own(d, false)
 	}
-	if err := s.startInit(exe, initConfig{Runsc: runsc, Root: root, Bundle: bundle, ID: "moat-" + sanitize(spec.RunID), Plan: *plan, GrantsDir: grantsDir, WriteOwner: uid}); err != nil {
+	if err := s.startInit(exe, initConfig{Runsc: runsc, Root: root, Bundle: bundle, ID: "moat-" + sanitize(spec.RunID), Plan: *plan, GrantsDir: grantsDir, WriteOwner: uid, Egress: len(pol.Egress.Hosts) > 0}); err != nil {
 		s.Terminate()
 		return nil, err
 	}
@@ -158,6 +158,8 @@ type sandbox struct {
 	sandboxPID int // host pid of the runsc sandbox process
 	listener   *os.File
 	port       int
+	egress     *os.File // the egress port's listener, when the policy has egress hosts
+	egressPort int
 
 	mu      sync.Mutex
 	nextID  int
@@ -209,11 +211,14 @@ func (s *sandbox) startInit(exe string, cfg initConfig) error {
 		}
 		switch m.Op {
 		case "listener":
-			if len(files) != 1 {
+			if want := 1 + min(max(m.EgressPort, 0), 1); len(files) != want {
 				initkit.CloseFiles(files)
 				return fmt.Errorf("gvisor init sent no listener")
 			}
 			s.listener, s.port = files[0], m.Port
+			if m.EgressPort > 0 {
+				s.egress, s.egressPort = files[1], m.EgressPort
+			}
 		case "ready":
 			s.sandboxPID = s.hostPID(m.PID)
 			if s.sandboxPID == 0 {
@@ -433,6 +438,19 @@ func (s *sandbox) Listener() (boundary.ListenerInfo, error) {
 	return boundary.ListenerInfo{File: os.NewFile(uintptr(fd), "broker-listener"), Port: s.port}, nil
 }
 
+// EgressListener returns a dup of the egress port's listener; ok is false
+// when the policy has no egress hosts.
+func (s *sandbox) EgressListener() (boundary.ListenerInfo, bool, error) {
+	if s.egress == nil {
+		return boundary.ListenerInfo{}, false, nil
+	}
+	fd, err := unix.FcntlInt(s.egress.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return boundary.ListenerInfo{}, false, err
+	}
+	return boundary.ListenerInfo{File: os.NewFile(uintptr(fd), "egress-listener"), Port: s.egressPort}, true, nil
+}
+
 func (s *sandbox) Attributor() boundary.Attributor { return endpointOnly{} }
 
 type endpointOnly struct{}
@@ -469,6 +487,9 @@ func (s *sandbox) Terminate() error {
 		close(s.stop)
 		if s.listener != nil {
 			s.listener.Close()
+		}
+		if s.egress != nil {
+			s.egress.Close()
 		}
 		os.RemoveAll(s.dir)
 		// Every runsc process is gone with the init's PID namespace; the

@@ -57,20 +57,24 @@ type initConfig struct {
 	// WriteOwner is the host uid that must own every read_write grant
 	// (the workload's, see hostIDs); checked on the descriptor mounted.
 	WriteOwner int `json:"write_owner"`
+	// Egress: make the egress port too (the policy has egress hosts).
+	Egress bool `json:"egress,omitempty"`
 }
 
 // msg is one control message in either direction (SOCK_SEQPACKET: one
 // message per packet, fds attached).
 type msg struct {
-	Op      string      `json:"op"`
-	ID      int         `json:"id,omitempty"`
-	Port    int         `json:"port,omitempty"`
-	PID     int         `json:"pid,omitempty"` // inner pid (the init's PID namespace)
-	Code    int         `json:"code,omitempty"`
-	Signal  int         `json:"signal,omitempty"`
-	Error   string      `json:"error,omitempty"`
-	Process *ociProcess `json:"process,omitempty"`
-	Config  *initConfig `json:"config,omitempty"`
+	Op   string `json:"op"`
+	ID   int    `json:"id,omitempty"`
+	Port int    `json:"port,omitempty"`
+	// EgressPort: the egress port (listener: its fd after the broker's).
+	EgressPort int         `json:"egress_port,omitempty"`
+	PID        int         `json:"pid,omitempty"` // inner pid (the init's PID namespace)
+	Code       int         `json:"code,omitempty"`
+	Signal     int         `json:"signal,omitempty"`
+	Error      string      `json:"error,omitempty"`
+	Process    *ociProcess `json:"process,omitempty"`
+	Config     *initConfig `json:"config,omitempty"`
 }
 
 // initCtlFD is the init's end of the control channel.
@@ -121,8 +125,18 @@ func InitMain([]string) int {
 	if err != nil {
 		return fail(fmt.Errorf("broker listener: %w", err))
 	}
-	send(msg{Op: "listener", Port: port}, lfd)
-	unix.Close(lfd)
+	fds, egressPort := []int{lfd}, 0
+	if cfg.Egress {
+		efd, eport, err := initkit.BrokerListener()
+		if err != nil {
+			return fail(fmt.Errorf("egress listener: %w", err))
+		}
+		fds, egressPort = append(fds, efd), eport
+	}
+	send(msg{Op: "listener", Port: port, EgressPort: egressPort}, fds...)
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
 
 	runsc := func(args ...string) *exec.Cmd {
 		a := []string{"--root", cfg.Root, "--network=host"}

@@ -46,6 +46,10 @@ type Config struct {
 	// BrokerPort is the broker's port on 127.0.0.1 inside the sandbox; 0
 	// means the port that Sandbox.Listener reports.
 	BrokerPort int
+	// EgressPort, when > 0, is the broker's egress port on 127.0.0.1
+	// inside the sandbox (the policy's egress hosts): a door of the
+	// broker's like BrokerPort, so it is not probed as a violation.
+	EgressPort int
 	// ReadWrite and ReadOnly are the filesystem grants.
 	ReadWrite, ReadOnly []string
 	// HostSecrets are host paths that must be unreadable inside: e.g. a
@@ -281,7 +285,7 @@ func buildPlan(cfg Config, nonce string) (plan, error) {
 	add(PropEgress, KindControl, "net/tcp-broker:127.0.0.1:"+strconv.Itoa(bp), opTCPBroker, "", "127.0.0.1:"+strconv.Itoa(bp))
 	ports := slices.Concat(fixedPorts, []int{bp - 1, bp + 1}, cfg.ExtraTCPPorts)
 	for _, p := range ports {
-		if p <= 0 || p > 65535 || p == bp {
+		if p <= 0 || p > 65535 || p == bp || p == cfg.EgressPort {
 			continue
 		}
 		for _, host := range []string{"127.0.0.1", "::1"} {

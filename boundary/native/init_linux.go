@@ -57,6 +57,8 @@ type initConfig struct {
 	Landlock  llRuleset `json:"landlock"`
 	OpenFiles uint64    `json:"open_files"`
 	Seccomp   bool      `json:"seccomp"`
+	// Egress: make the egress port too (the policy has egress hosts).
+	Egress bool `json:"egress,omitempty"`
 }
 
 // InitMain is pid 1 of the sandbox.
@@ -125,6 +127,16 @@ func InitMain(args []string) int {
 		return fail(fmt.Errorf("init: broker listener: %w", err))
 	}
 	cfg.Landlock.ConnectPort = port
+	fds := []int{lfd}
+	egressPort := 0
+	if cfg.Egress {
+		efd, eport, err := initkit.BrokerListener()
+		if err != nil {
+			return fail(fmt.Errorf("init: egress listener: %w", err))
+		}
+		fds, egressPort = append(fds, efd), eport
+		cfg.Landlock.EgressPort = eport
+	}
 	in := &initState{cfg: &cfg, ctl: ctl, exeFD: exeFD, exe: os.NewFile(uintptr(exeFD), "moat"), procs: map[int]*initProc{}}
 	for _, fd := range ruleFDs {
 		in.rules = append(in.rules, os.NewFile(uintptr(fd), "grant"))
@@ -132,10 +144,12 @@ func InitMain(args []string) int {
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, unix.SIGCHLD)
 	go in.reap(sigs)
-	if err := ctl.Send(ctlMsg{Op: "ready", Port: port}, lfd); err != nil {
+	if err := ctl.Send(ctlMsg{Op: "ready", Port: port, EgressPort: egressPort}, fds...); err != nil {
 		return boundary.ExitRefused
 	}
-	unix.Close(lfd)
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
 	for {
 		m, files, err := recvCtl(ctl)
 		if err != nil {

@@ -101,6 +101,9 @@ type llRuleset struct {
 	ABI         int      `json:"abi"`
 	Rules       []llRule `json:"rules"`
 	ConnectPort int      `json:"connect_port"`
+	// EgressPort, when > 0, is the broker's egress port, which may be
+	// connected to as well.
+	EgressPort int `json:"egress_port,omitempty"`
 	// ExecFD, when >= 0, is an open fd of the moat binary that gets
 	// execute+read (StartHelper only).
 	ExecFD int `json:"exec_fd"`
@@ -161,10 +164,13 @@ func restrictSelf(rs llRuleset) error {
 			return fmt.Errorf("landlock rule for the moat binary: %w", err)
 		}
 	}
-	if rs.ABI >= 4 && rs.ConnectPort > 0 {
-		np := llNetPortAttr{access: llNetConnectTCP, port: uint64(rs.ConnectPort)}
+	for _, port := range []int{rs.ConnectPort, rs.EgressPort} {
+		if rs.ABI < 4 || port <= 0 {
+			continue
+		}
+		np := llNetPortAttr{access: llNetConnectTCP, port: uint64(port)}
 		if _, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(rfd), llRuleNetPort, uintptr(unsafe.Pointer(&np)), 0, 0, 0); errno != 0 {
-			return fmt.Errorf("landlock net rule for port %d: %w", rs.ConnectPort, errno)
+			return fmt.Errorf("landlock net rule for port %d: %w", port, errno)
 		}
 	}
 	if _, _, errno := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(rfd), 0, 0); errno != 0 {

@@ -173,6 +173,7 @@ func initConfigFor(pol *policy.Policy, abi, gid int) (*initConfig, error) {
 		rs.Rules = append(rs.Rules, llRule{Path: "/dev/" + n, Access: llFSReadFile | llFSWriteFile | llFSTruncate | llFSIoctlDev})
 	}
 	cfg.Landlock = rs
+	cfg.Egress = len(pol.Egress.Hosts) > 0
 	return cfg, nil
 }
 

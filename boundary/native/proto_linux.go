@@ -16,6 +16,9 @@ type ctlMsg struct {
 	Op string `json:"op"`
 	// ready: the broker listener's port (fd attached).
 	Port int `json:"port,omitempty"`
+	// ready: the egress port, when the policy has egress hosts (its fd
+	// attached after the broker listener's).
+	EgressPort int `json:"egress_port,omitempty"`
 	// start, started, failed, exited, signal.
 	ID     int      `json:"id,omitempty"`
 	Argv   []string `json:"argv,omitempty"`

@@ -40,7 +40,11 @@ type sandbox struct {
 
 	listener *os.File
 	port     int
-	ready    chan error
+	// egress and egressPort: the egress port's listener, when the policy
+	// has egress hosts.
+	egress     *os.File
+	egressPort int
+	ready      chan error
 
 	initDone chan struct{} // closed when the init has been reaped
 	release  chan struct{} // closed to end the supervisor's locked thread
@@ -67,13 +71,16 @@ func (sb *sandbox) readCtl() {
 		}
 		switch m.Op {
 		case "ready":
-			if len(files) != 1 || m.Port <= 0 {
+			if want := 1 + min(m.EgressPort, 1); len(files) != want || m.Port <= 0 || m.EgressPort < 0 {
 				initkit.CloseFiles(files)
 				sb.ready <- errors.New("native: BUG: init sent no broker listener")
 				continue
 			}
 			sb.mu.Lock()
 			sb.listener, sb.port, sb.readyOK = files[0], m.Port, true
+			if m.EgressPort > 0 {
+				sb.egress, sb.egressPort = files[1], m.EgressPort
+			}
 			sb.mu.Unlock()
 			sb.ready <- nil
 		case "error":
@@ -302,6 +309,22 @@ func (sb *sandbox) Listener() (boundary.ListenerInfo, error) {
 	return boundary.ListenerInfo{File: f, Port: sb.port}, nil
 }
 
+// EgressListener returns the egress port's listening socket, made inside
+// the sandbox's network namespace when the policy has egress hosts; ok is
+// false without one. The caller owns the returned File.
+func (sb *sandbox) EgressListener() (boundary.ListenerInfo, bool, error) {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.egress == nil {
+		return boundary.ListenerInfo{}, false, nil
+	}
+	f, err := initkit.Dup(sb.egress)
+	if err != nil {
+		return boundary.ListenerInfo{}, false, err
+	}
+	return boundary.ListenerInfo{File: f, Port: sb.egressPort}, true, nil
+}
+
 // Attributor resolves broker connections by socket inode in the sandbox's
 // network namespace.
 func (sb *sandbox) Attributor() boundary.Attributor { return attrib.New(sb.HostPID()) }
@@ -370,6 +393,10 @@ func (sb *sandbox) Terminate() error {
 			sb.ctl.Close()
 		}
 		sb.mu.Lock()
+		if sb.egress != nil {
+			sb.egress.Close()
+			sb.egress = nil
+		}
 		if sb.listener != nil {
 			sb.listener.Close()
 			sb.listener = nil
