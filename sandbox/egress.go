@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strconv"
@@ -96,6 +97,14 @@ func egressEnv(port int, pol *policy.Policy) []string {
 		env = append(env, k+"="+noProxy(v))
 	}
 	return env
+}
+
+// explainEgress lists the policy's egress grants, one line each, for
+// moat run --explain (policy.ExplainEgress; nothing without egress).
+func explainEgress(w io.Writer, pol *policy.Policy) {
+	for _, l := range pol.ExplainEgress() {
+		fmt.Fprintf(w, "  %s\n", l)
+	}
 }
 
 // noProxy is v (a comma-separated NO_PROXY list) with NoProxyLoopback

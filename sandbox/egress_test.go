@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"slices"
 	"strings"
 	"testing"
@@ -34,5 +35,18 @@ func TestEgressEnv(t *testing.T) {
 	got := workloadEnv(pol, egressEnv(4242, pol))
 	if !slices.Contains(got, "HTTPS_PROXY=http://127.0.0.1:4242") || !slices.Contains(got, "no_proxy=127.0.0.1,localhost,::1") {
 		t.Errorf("workload env %v", got)
+	}
+}
+
+func TestExplainEgress(t *testing.T) {
+	var b bytes.Buffer
+	explainEgress(&b, &policy.Policy{})
+	if b.Len() != 0 {
+		t.Errorf("without egress: %q", b.String())
+	}
+	pol := &policy.Policy{Egress: policy.Egress{Hosts: []policy.EgressHost{{Host: "pypi.org", Port: 443, MaxConnections: 64, MaxBytes: 1 << 30}}, MaxTunnels: 256}}
+	explainEgress(&b, pol)
+	if got := b.String(); !strings.HasPrefix(got, "  egress.hosts pypi.org:443: TLS tunnels") || strings.Count(got, "\n") != 2 {
+		t.Errorf("explain: %q", got)
 	}
 }

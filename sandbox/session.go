@@ -428,6 +428,7 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[strin
 	}
 	if explainTo != nil {
 		explain(explainTo, be.Name(), props, sb.Limits())
+		explainEgress(explainTo, pol)
 	}
 	if err := boundary.Ready(props, boundary.Requirements{RequireAttribution: pol.Inference.RequireAttribution}); err != nil {
 		s.confirmFailed(props, err.Error())
