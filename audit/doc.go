@@ -249,7 +249,8 @@
 // (e.g. "*.pythonhosted.org:443"), address the one address the name
 // resolved to and that was checked and dialled (netip text, no port),
 // and sni the server name of the workload's TLS ClientHello, which the
-// broker requires to equal host. One egress.closed with the same
+// broker requires to equal host (for a tunnel to a granted IP address,
+// whose ClientHello carries no server name, sni is ""). One egress.closed with the same
 // tunnel_id follows it: bytes_to_host and bytes_to_workload are the bytes
 // relayed each way (the ClientHello counted in bytes_to_host), JSON
 // numbers; duration_ms runs from the opened record to the close; reason
