@@ -107,8 +107,9 @@ func knownRecord(r Record) bool {
 // fractional seconds of time.RFC3339Nano (trailing zeros dropped).
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
-// encodePayload returns the canonical payload for h and r.
-func encodePayload(h Header, r Record) ([]byte, error) {
+// encodePayloadTree returns the canonical payload for h and r through a
+// decoded tree: encodePayload's oracle, and its answer when it refuses.
+func encodePayloadTree(h Header, r Record) ([]byte, error) {
 	fields, err := json.Marshal(r)
 	if err != nil {
 		return nil, fmt.Errorf("audit: encoding %s record: %w", r.RecordType(), err)
