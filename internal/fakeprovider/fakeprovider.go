@@ -64,6 +64,10 @@ type Options struct {
 	// CheckPreEffect checks every request's Moat-Pre-Effect line (see
 	// Request.PreEffectErr); until Pin is called it is an error.
 	CheckPreEffect bool
+	// NoRecord keeps no Request (Requests, Count and Last see none) and
+	// checks nothing: for benchmarks, whose requests would otherwise pile
+	// up and whose allocations would be the provider's.
+	NoRecord bool
 }
 
 // Server is a running fake provider.
@@ -176,19 +180,27 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if tooLarge {
 		body = body[:MaxBody]
 	}
-	req := Request{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body}
-	if line, err := base64.StdEncoding.Strict().DecodeString(r.Header.Get("Moat-Pre-Effect")); err == nil && len(line) > 0 {
-		req.PreEffect = line
-	}
 	s.mu.Lock()
 	pub, respond := s.pub, s.respond
 	s.mu.Unlock()
-	if s.opts.CheckPreEffect {
-		req.PreEffectErr = checkPreEffect(r.Header.Values("Moat-Pre-Effect"), body, pub)
+	if !s.opts.NoRecord {
+		req := Request{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body}
+		if line, err := base64.StdEncoding.Strict().DecodeString(r.Header.Get("Moat-Pre-Effect")); err == nil && len(line) > 0 {
+			req.PreEffect = line
+		}
+		if s.opts.CheckPreEffect {
+			req.PreEffectErr = VerifyPreEffect(r.Header.Values("Moat-Pre-Effect"), body, func(line []byte) error {
+				if pub == nil {
+					return errors.New("no run key pinned yet")
+				}
+				_, err := audit.VerifyLine(line, pub)
+				return err
+			})
+		}
+		s.mu.Lock()
+		s.reqs = append(s.reqs, req)
+		s.mu.Unlock()
 	}
-	s.mu.Lock()
-	s.reqs = append(s.reqs, req)
-	s.mu.Unlock()
 	switch {
 	case err != nil:
 		http.Error(w, "reading the body: "+err.Error(), http.StatusBadRequest)
@@ -201,12 +213,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// checkPreEffect verifies one Moat-Pre-Effect line against pub and checks
-// that it covers exactly body.
-func checkPreEffect(hdr []string, body []byte, pub ed25519.PublicKey) error {
-	if pub == nil {
-		return errors.New("no run key pinned yet")
-	}
+// VerifyPreEffect is the check of one request's Moat-Pre-Effect header
+// values (hdr) that Options.CheckPreEffect makes with the pinned key: one
+// value, the strict base64 of a journal line that verify accepts (its
+// signature; a test may add its own checks, as that the line is in its
+// journal), whose record is inference.requested with the body_sha256 of
+// exactly body.
+func VerifyPreEffect(hdr []string, body []byte, verify func(line []byte) error) error {
 	if len(hdr) != 1 {
 		return fmt.Errorf("%d Moat-Pre-Effect headers, want 1", len(hdr))
 	}
@@ -214,7 +227,10 @@ func checkPreEffect(hdr []string, body []byte, pub ed25519.PublicKey) error {
 	if err != nil {
 		return fmt.Errorf("Moat-Pre-Effect: %w", err)
 	}
-	e, err := audit.VerifyLine(line, pub)
+	if err := verify(line); err != nil {
+		return err
+	}
+	e, err := audit.ParseLine(line)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -196,4 +197,61 @@ func TestCheckPreEffect(t *testing.T) {
 	check("absent", body, "", "0 Moat-Pre-Effect headers")
 	s.Pin(other.PublicKey())
 	check("other key", body, hdr, "wrong key")
+}
+
+// VerifyPreEffect with a test's own verify: its refusal is the verdict,
+// and a verified line must still be an inference.requested record for
+// exactly the body (the control: the same line and body pass).
+func TestVerifyPreEffectOwnCheck(t *testing.T) {
+	w, err := audit.Create(filepath.Join(t.TempDir(), "run"), "run-fake")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	started, err := w.Append(audit.RunStarted{PolicySHA256: "p", Backend: "native", BinarySHA256: "b", PublicKey: string(w.PublicKeyPEM())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Append(audit.BoundaryConfirmed{Ready: true})
+	body := []byte(`{"model":"m"}`)
+	sum := sha256.Sum256(body)
+	line, err := w.Append(audit.InferenceRequested{RequestID: "r1", Provider: "anthropic", Model: "m", BodySHA256: hex.EncodeToString(sum[:])})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := func(l []byte) []string { return []string{base64.StdEncoding.EncodeToString(l)} }
+	ok := func([]byte) error { return nil }
+	if err := VerifyPreEffect(enc(line), body, ok); err != nil {
+		t.Fatalf("control: %v", err)
+	}
+	refuse := func([]byte) error { return errors.New("not in my journal") }
+	if err := VerifyPreEffect(enc(line), body, refuse); err == nil || err.Error() != "not in my journal" {
+		t.Errorf("own check: got %v", err)
+	}
+	if err := VerifyPreEffect(enc(started), body, ok); err == nil || !strings.Contains(err.Error(), "want inference.requested") {
+		t.Errorf("run.started as the pre-effect: got %v", err)
+	}
+	if err := VerifyPreEffect(append(enc(line), enc(line)...), body, ok); err == nil || !strings.Contains(err.Error(), "2 Moat-Pre-Effect headers") {
+		t.Errorf("two headers: got %v", err)
+	}
+}
+
+// NoRecord answers as usual and keeps nothing; without it the same
+// request is recorded (the control).
+func TestNoRecord(t *testing.T) {
+	for _, noRecord := range []bool{true, false} {
+		s := start(t, Options{NoRecord: noRecord, CheckPreEffect: true})
+		resp := post(t, s, "/v1/messages", `{"model":"m"}`)
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || !strings.Contains(string(b), Text) {
+			t.Errorf("NoRecord %v: answer %d %s", noRecord, resp.StatusCode, b)
+		}
+		want := 1
+		if noRecord {
+			want = 0
+		}
+		if s.Count() != want || len(s.Requests()) != want {
+			t.Errorf("NoRecord %v: %d requests recorded, want %d", noRecord, s.Count(), want)
+		}
+	}
 }
