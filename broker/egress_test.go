@@ -455,3 +455,23 @@ func TestEgressNoGrants(t *testing.T) {
 		t.Error("NewEgress without a guard")
 	}
 }
+
+// TestEgressIPLiteral: a granted IP address takes a ClientHello without
+// a server name (TLS clients send none for an address), and refuses one
+// that names a host.
+func TestEgressIPLiteral(t *testing.T) {
+	eh := newEgressHarness(t, []policy.EgressHost{{Host: "127.0.0.2"}}, nil)
+	if body, err := eh.get("127.0.0.2", "", "/"); err != nil || body != "hello from 127.0.0.2" {
+		t.Fatalf("granted address without SNI: %q, %v", body, err)
+	}
+	if op := eh.waitRecord("egress.opened", 1); op["sni"] != "" || op["host"] != "127.0.0.2" || op["address"] != "127.0.0.2" {
+		t.Errorf("opened %v", op)
+	}
+	before := eh.accepted.Load()
+	if _, err := eh.get("127.0.0.2", "example.com", "/"); err == nil {
+		t.Error("a server name on a tunnel to an address was relayed")
+	}
+	if rec := eh.waitRecord("egress.refused", 1); rec["reason"] != ReasonEgressSNI || eh.accepted.Load() != before {
+		t.Errorf("refused %v, upstream accepted %d more", rec, eh.accepted.Load()-before)
+	}
+}
