@@ -181,6 +181,12 @@ func egressTunnelCurl(t *testing.T, backend string) {
 			if m["address"] != "127.0.0.2" || m["sni"] != m["host"] {
 				t.Errorf("opened %v", m)
 			}
+			// Native attributes each tunnel to the process that opened
+			// it; gVisor is endpoint-only.
+			at, _ := m["attribution"].(map[string]any)
+			if backend == "native" && (at["status"] != "resolved" || !strings.HasSuffix(fmt.Sprint(at["executable"]), "/curl")) {
+				t.Errorf("opened without curl's attribution: %v", at)
+			}
 		case audit.TypeEgressClosed:
 			if !opened[m["tunnel_id"].(string)] {
 				t.Errorf("closed before opened: %v", m)

@@ -11,8 +11,9 @@
 //     descriptors, and decoded strictly by [Decode]: one JSON value, known
 //     fields only, nothing after it.
 //   - [LoopbackUp] and [BrokerListener] set up the sandbox's network
-//     namespace: lo up, and the broker's listening socket on
-//     127.0.0.1:<ephemeral>.
+//     namespace: lo up, and the broker's listening sockets on
+//     127.0.0.1:<ephemeral>: the inference port and, when the policy has
+//     egress hosts, the egress port (a second BrokerListener).
 //   - [StartLocked] starts the init from an OS thread that stays locked
 //     until the sandbox ends, so that the init's Pdeathsig (which fires
 //     when the thread that forked it exits) fires only when moat dies.
