@@ -80,18 +80,18 @@ func (backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.Sandbo
 	os.Chmod(rootfs, 0o755)
 	os.Chmod(bundle, 0o755)
 	if len(pol.Filesystem.Volumes) > 0 {
-		return nil, fmt.Errorf("moat: refused: filesystem.volumes are not available on the gvisor backend yet (the native backend mounts them); use --backend native or read_write grants")
+		return nil, errors.New("filesystem.volumes are not available on the gvisor backend yet (the native backend mounts them); use --backend native or read_write grants")
 	}
 	plan, err := pol.ResolveGrants()
 	if err != nil {
-		return nil, fmt.Errorf("moat: refused: %w", err)
+		return nil, err
 	}
 	// A dynamically linked moat runs its stage inside the sentry: its
 	// interpreter and libraries are bound read-only too (gVisor has no
 	// Landlock to keep them from the workload; they are the host's
 	// libc and loader, which grant nothing).
 	if err := plan.AddRuntime(); err != nil {
-		return nil, fmt.Errorf("moat: refused: %w", err)
+		return nil, err
 	}
 	grants.AfterPlan()
 	grantsDir := filepath.Join(dir, "grants")
@@ -510,13 +510,13 @@ func (s *sandbox) Terminate() error {
 func hostIDs(pol *policy.Policy) (int, int, error) {
 	uid, gid, err := pol.ResolveHostIDs(0)
 	if err != nil {
-		return 0, 0, fmt.Errorf("moat: refused: %w", err)
+		return 0, 0, err
 	}
 	if uid <= 0 || gid <= 0 {
 		return 0, 0, fmt.Errorf("BUG: host ids %d:%d", uid, gid)
 	}
 	if err := pol.CheckWriteOwners(uid, gid, "process.host_uid, else the first read_write grant's owner, else 65534"); err != nil {
-		return 0, 0, fmt.Errorf("moat: refused: %w", err)
+		return 0, 0, err
 	}
 	return uid, gid, nil
 }

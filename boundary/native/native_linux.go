@@ -60,7 +60,7 @@ func (backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.Sandbo
 		return nil, &ABIError{Found: abi, Floor: floor}
 	}
 	if pol.Process.UID <= 0 {
-		return nil, fmt.Errorf("moat: refused: process.uid is %d; the workload must run as a non-root uid (e.g. 1000)", pol.Process.UID)
+		return nil, fmt.Errorf("process.uid is %d; the workload must run as a non-root uid (e.g. 1000)", pol.Process.UID)
 	}
 	gid := pol.Process.GID
 	if gid <= 0 {
@@ -76,7 +76,7 @@ func (backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.Sandbo
 	}
 	grants.AfterPlan()
 	if _, err := seccomp.Build(filterOptions(abi)); err != nil {
-		return nil, fmt.Errorf("moat: refused: the seccomp filter cannot be built here: %w", err)
+		return nil, fmt.Errorf("the seccomp filter cannot be built here: %w", err)
 	}
 	cfg.Seccomp = !testNoSeccomp
 	// The supervisor holds the listener and the journal key: keep it out
@@ -108,7 +108,7 @@ func (backend) SeccompOptions() seccomp.Options { return filterOptions(LandlockA
 func hostIDs(pol *policy.Policy) (int, int, error) {
 	uid, gid, err := pol.ResolveHostIDs(os.Geteuid())
 	if err != nil {
-		return 0, 0, fmt.Errorf("moat: refused: %w", err)
+		return 0, 0, err
 	}
 	if os.Geteuid() != 0 {
 		return uid, gid, nil
@@ -117,7 +117,7 @@ func hostIDs(pol *policy.Policy) (int, int, error) {
 		return 0, 0, fmt.Errorf("BUG: host ids %d:%d", uid, gid)
 	}
 	if err := pol.CheckWriteOwners(uid, gid, "process.host_uid"); err != nil {
-		return 0, 0, fmt.Errorf("moat: refused: %w", err)
+		return 0, 0, err
 	}
 	return uid, gid, nil
 }
@@ -137,10 +137,10 @@ func initConfigFor(pol *policy.Policy, abi, gid int) (*initConfig, error) {
 	rs := llRuleset{ABI: abi, ExecFD: -1}
 	plan, err := pol.ResolveGrants()
 	if err != nil {
-		return nil, fmt.Errorf("moat: refused: %w", err)
+		return nil, err
 	}
 	if err := plan.AddRuntime(); err != nil {
-		return nil, fmt.Errorf("moat: refused: %w", err)
+		return nil, err
 	}
 	cfg.Plan = *plan
 	for i, m := range plan.Mounts {
@@ -277,7 +277,7 @@ func (sb *sandbox) startInit(ctx context.Context, cfg *initConfig, hostUID, host
 	for _, v := range sb.policy.Filesystem.Volumes {
 		m, img, err := volumeMount(v, hostUID, hostGID)
 		if err != nil {
-			return fmt.Errorf("moat: refused: %w", err)
+			return err
 		}
 		sb.volumes = append(sb.volumes, img) // its lock lasts as long as the sandbox
 		err = sb.ctl.Send(ctlMsg{Op: "volume", Dir: v.Path}, m)
