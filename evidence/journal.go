@@ -47,6 +47,8 @@ var recordTypes = []string{
 	"inference.refused", "inference.failed", "process.started", "process.exited",
 	"process.failed", "run.terminated",
 	"tool.requested", "tool.completed", "tool.refused", "tool.failed", "tool.server_confirmed",
+	"egress.opened", "egress.closed", "egress.refused",
+	"service.requested", "service.completed", "service.refused", "service.failed",
 }
 
 // Journal statuses, as `moat audit verify` reports them.
@@ -307,10 +309,15 @@ func checkCounts(v any, before []journalRecord) error {
 	if !ok {
 		return fmt.Errorf("counts %v is not an object", v)
 	}
+	// Only the four types counts.tools counts make it present:
+	// tool.server_confirmed (and the egress and service records) count
+	// nowhere.
 	tools := 0
 	for _, r := range before {
-		if strings.HasPrefix(r.Type, "tool.") {
-			tools++
+		for _, typ := range toolCountedTypes {
+			if r.Type == typ {
+				tools++
+			}
 		}
 	}
 	want := len(countedTypes)

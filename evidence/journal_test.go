@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -378,5 +379,90 @@ func TestDecodePayloadOrder(t *testing.T) {
 	}
 	if c, err := strictjson.Canonicalize(bad); err != nil || !bytes.Equal(c, good) {
 		t.Fatalf("strictjson: %s, %v; want %s", c, err, good)
+	}
+}
+
+// TestVerifyJournalEgressServiceRecords: a journal that the writer makes
+// with every egress and service record type, and a tool server's
+// confirmation without any tool call, is complete for the evidence
+// reading as for package audit (run.terminated then has no counts.tools:
+// tool.server_confirmed counts nowhere). Control: the same journal with a
+// type neither reading knows, re-signed, is invalid for both.
+func TestVerifyJournalEgressServiceRecords(t *testing.T) {
+	w, err := audit.Create(filepath.Join(t.TempDir(), "audit"), "run-egress")
+	if err != nil {
+		t.Fatal(err)
+	}
+	attr := audit.Attribution{Status: confirmation.AttributionUnavailable, Reason: "test"}
+	var lines [][]byte
+	for _, r := range []audit.Record{
+		audit.RunStarted{Backend: "native", PolicySHA256: sha(nil), BinarySHA256: sha(nil), PublicKey: string(w.PublicKeyPEM())},
+		audit.BoundaryConfirmed{Ready: true},
+		audit.ToolServerConfirmed{Server: "calc", Ready: true},
+		audit.EgressOpened{TunnelID: "moattun_000000000000000000000001", Host: "pypi.org", Port: 443, Grant: "pypi.org:443",
+			Address: "151.101.0.223", SNI: "pypi.org", Attribution: attr},
+		audit.EgressClosed{TunnelID: "moattun_000000000000000000000001", BytesToHost: 10, BytesToWorkload: 20, DurationMS: 3, Reason: "closed"},
+		audit.EgressRefused{TunnelID: "moattun_000000000000000000000002", Host: "evil.test", Port: 443, Reason: "egress_not_granted", Detail: "no grant", Attribution: attr},
+		audit.ServiceRequested{RequestID: "moatreq_000000000000000000000001", Service: "github", Method: "GET", Path: "/o/r.git/info/refs",
+			HeadersSHA256: sha(nil), BodySHA256: sha(nil), Attribution: attr},
+		audit.ServiceCompleted{RequestID: "moatreq_000000000000000000000001", Status: 200, BodySHA256: sha(nil)},
+		audit.ServiceRequested{RequestID: "moatreq_000000000000000000000002", Service: "github", Method: "GET", Path: "/o/r.git/x",
+			HeadersSHA256: sha(nil), BodySHA256: sha(nil), Attribution: attr},
+		audit.ServiceFailed{RequestID: "moatreq_000000000000000000000002", Reason: "service_redirect", Detail: "redirect refused"},
+		audit.ServiceRefused{RequestID: "moatreq_000000000000000000000003", Service: "github", Method: "DELETE", Reason: "service_method_not_allowed", Detail: "no", Attribution: attr},
+		audit.RunTerminated{Reason: audit.ReasonCompleted},
+	} {
+		line, err := w.Append(r)
+		if err != nil {
+			t.Fatalf("%T: %v", r, err)
+		}
+		lines = append(lines, line)
+	}
+	w.Close()
+	data := bytes.Join(append(lines, nil), []byte("\n"))
+	if ar := audit.Verify(data, w.PublicKey()); ar.Status != audit.Complete {
+		t.Fatalf("package audit: %s (%s)", ar.Status, ar.Reason)
+	}
+	r := verifyJournal(data, w.PublicKey())
+	if r.Status != JournalComplete {
+		t.Fatalf("the evidence reading: %s (%s)", r.Status, r.Reason)
+	}
+	var types []string
+	for _, rec := range r.Records {
+		types = append(types, rec.Type)
+	}
+	for _, want := range []string{"egress.opened", "egress.closed", "egress.refused", "service.requested", "service.completed", "service.failed", "service.refused", "tool.server_confirmed"} {
+		if !slices.Contains(types, want) {
+			t.Errorf("no %s among %v", want, types)
+		}
+	}
+
+	// The control: an unknown type in the same place, re-signed.
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	k := &rekeyed{priv: priv}
+	for _, line := range lines {
+		payload, _, _, err := verifyEnvelope(line, auditPayloadType, w.PublicKey())
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := decodePayload(payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k.payloads = append(k.payloads, f)
+	}
+	k.payloads[0]["public_key"] = string(publicKeyPEM(priv.Public().(ed25519.PublicKey)))
+	good := k.journal(t, nil, nil)
+	pub := priv.Public().(ed25519.PublicKey)
+	if r := verifyJournal(good, pub); r.Status != JournalComplete {
+		t.Fatalf("re-signed unchanged: %s (%s)", r.Status, r.Reason)
+	}
+	k.payloads[4]["type"] = "egress.invented"
+	bad := k.journal(t, nil, nil)
+	if r := verifyJournal(bad, pub); r.Status != JournalInvalid {
+		t.Errorf("an unknown egress type: %s, want invalid", r.Status)
+	}
+	if ar := audit.Verify(bad, pub); ar.Status != audit.Invalid {
+		t.Errorf("package audit on an unknown egress type: %s, want invalid", ar.Status)
 	}
 }
