@@ -19,7 +19,7 @@ type backend struct{}
 func (backend) Name() string { return "gvisor" }
 
 func (backend) Prepare(context.Context, boundary.Spec) (boundary.Sandbox, error) {
-	return nil, fmt.Errorf("moat: refused: the %s backend needs Linux, not %s: %w", backend{}.Name(), runtime.GOOS, boundary.ErrUnsupported)
+	return nil, fmt.Errorf("the %s backend needs Linux, not %s: %w", backend{}.Name(), runtime.GOOS, boundary.ErrUnsupported)
 }
 
 // InitMain is the sandbox init; it needs Linux.

@@ -57,9 +57,9 @@ type ABIError struct {
 
 func (e *ABIError) Error() string {
 	if e.Found == 0 {
-		return fmt.Sprintf("moat: refused: Landlock is not available on this kernel (landlock.abi_floor is %d); enable Landlock (lsm=landlock) or use another backend", e.Floor)
+		return fmt.Sprintf("Landlock is not available on this kernel (landlock.abi_floor is %d); enable Landlock (lsm=landlock) or use another backend", e.Floor)
 	}
-	return fmt.Sprintf("moat: refused: host Landlock ABI is %d, below landlock.abi_floor %d; lower landlock.abi_floor in the policy or run on a newer kernel", e.Found, e.Floor)
+	return fmt.Sprintf("host Landlock ABI is %d, below landlock.abi_floor %d; lower landlock.abi_floor in the policy or run on a newer kernel", e.Found, e.Floor)
 }
 
 // LandlockABI returns the host's Landlock ABI version, or 0 when Landlock

@@ -17,7 +17,7 @@ func (backend) Name() string { return Name }
 
 // Prepare always fails: the native backend needs Linux.
 func (backend) Prepare(context.Context, boundary.Spec) (boundary.Sandbox, error) {
-	return nil, fmt.Errorf("moat: refused: the %s backend needs Linux, not %s: %w", backend{}.Name(), runtime.GOOS, boundary.ErrUnsupported)
+	return nil, fmt.Errorf("the %s backend needs Linux, not %s: %w", backend{}.Name(), runtime.GOOS, boundary.ErrUnsupported)
 }
 
 // LandlockABI is 0 off Linux.

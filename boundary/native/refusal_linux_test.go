@@ -14,9 +14,10 @@ import (
 // nothing more. "moat: refused: " is written once, where moat reports a
 // refusal (the session's RefusedError, the CLI); the backend writing it
 // too made moat run print "moat: refused: backend native could not
-// prepare the sandbox: moat: refused: read_write grant …". Cases:
-// process.uid 0 and, as root, a root-owned read_write grant; the control:
-// the same fixture, put right, prepares.
+// prepare the sandbox: moat: refused: read_write grant …". Cases: the
+// Landlock ABI refusal's message, process.uid 0 and, as root, a
+// root-owned read_write grant; the control: the same fixture, put right,
+// prepares.
 func TestPrepareRefusalsUnprefixed(t *testing.T) {
 	f := newFixture(t)
 	be, err := boundary.Lookup(Name)
@@ -32,6 +33,11 @@ func TestPrepareRefusalsUnprefixed(t *testing.T) {
 		}
 		if strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: refusal %q: want %q, without a refused prefix", name, err, want)
+		}
+	}
+	for _, e := range []*ABIError{{Found: 0, Floor: 3}, {Found: 2, Floor: 3}} {
+		if msg := e.Error(); strings.Contains(msg, "refused") || !strings.Contains(msg, "landlock.abi_floor") {
+			t.Errorf("ABIError %+v: %q, want the floor named, without a refused prefix", *e, msg)
 		}
 	}
 	uid0 := *f.pol
