@@ -42,6 +42,10 @@ type Case struct {
 	// KillMoat: the controller SIGKILLs moat once the tool call has
 	// returned (the journal then ends without run.terminated).
 	KillMoat bool `json:"kill_moat,omitempty"`
+	// Egress: the case grants egress.hosts and is run by the
+	// moat_test_hooks build of moat (Options.HooksBinary), whose guard
+	// counts the registry's loopback address as global (doc.go).
+	Egress bool `json:"egress,omitempty"`
 }
 
 // Case.Tool values.
@@ -116,6 +120,9 @@ var Cases = []Case{
 		HostChecks: []string{CheckToolResult, CheckToolDetached, CheckToolReaped}},
 	{Name: "tool-url-pre-effect", Description: "each tools/call that reaches a url MCP server carries its tool.requested record in Moat-Pre-Effect, verified by the server natively and with openssl against the pinned run key, its arguments digest matching the bytes received, the line in the journal", Controls: []string{"before", "tool-result", "tool-result-after", "after"}, Refusal: true, Tool: ToolURL,
 		HostChecks: []string{CheckToolResult, CheckToolPreEffect}},
+	// Egress grants (issue 13), appended after those.
+	{Name: "egress-grants", Description: "a granted registry fetch through the egress port succeeds (TLS end to end, its body reaches the provider) while an ungranted name, a rebinding name at its second lookup and names resolving to a private and a loopback address are refused and journaled, judged by the registry and a trap receiver on the host; needs moat built with -tags moat_test_hooks", Controls: []string{"before", "egress-fetch", "after"}, Refusal: true, Egress: true,
+		HostChecks: []string{CheckEgressFetch, CheckEgressRefused, CheckEgressReceivers}},
 }
 
 func seqLabels(n int) []string {

@@ -40,10 +40,14 @@ const (
 
 // Options configure a suite run.
 type Options struct {
-	Out                  string   // bundle directory: must not exist, or be empty
-	Cases                []string // a subset; empty: the whole fixed list
-	Backend              string
-	Binary               string // the moat binary under test
+	Out     string   // bundle directory: must not exist, or be empty
+	Cases   []string // a subset; empty: the whole fixed list
+	Backend string
+	Binary  string // the moat binary under test
+	// HooksBinary is moat built with -tags moat_test_hooks from the same
+	// source, which runs the egress case alone (doc.go); empty: that
+	// case is invalid.
+	HooksBinary          string
 	ExpectedBinarySHA256 string
 	Probe                string // the moat-probe binary
 	ExpectedProbeSHA256  string

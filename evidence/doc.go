@@ -33,6 +33,9 @@
 //	                           per call that reached the server
 //	    tool-events.jsonl      the url tool case: one ToolEvent per tools/call the
 //	                           controller's MCP server received
+//	    egress-events.jsonl    the egress case: one EgressEvent per ClientHello and
+//	                           request the registry received and per delivery to
+//	                           the trap (the host's control included)
 //	manifest.json      {"version":1,"files":{"<relative path>":"<sha256 hex>",…}}
 //
 // A bundle holds exactly these files: nothing else at the top, and in a
@@ -125,7 +128,7 @@
 //     (inotify-before). On gVisor the instances live in the sentry and the
 //     host counts none.
 //
-// The last five take tools through the one way out (issue 12). Their
+// The next five take tools through the one way out (issue 12). Their
 // server is the calc server of the moat binary under test (the hidden
 // helper __moat-demo-calc, examples/mcp-calc's code) run from a copy of
 // the binary in the case's scratch, so that the host finds its processes
@@ -163,6 +166,51 @@
 //     received, verified natively and with openssl pkeyutl against the
 //     pinned key, and a line of the journal (tool-pre-effect); otherwise it
 //     answers 500.
+//
+// The last case takes egress grants (issue 13):
+//
+//   - egress-grants: the policy grants egress.hosts registry.test,
+//     rebind.test, private.test and loop.test at one port P. The
+//     controller's registry, a TLS server with a certificate from a CA made
+//     for the case (written into the workspace), listens on 127.0.0.2:P;
+//     its trap, a raw receiver like the others, on 127.0.0.1:P. The probe
+//     fetches https://registry.test:P/simple/moat-evidence/ through
+//     HTTPS_PROXY (the egress port) and sends the body, a fresh value, to
+//     the provider (control egress-fetch: the registry served it to SNI
+//     and Host registry.test, a verified request carries it, the journal
+//     opened its tunnel to 127.0.0.2). Then rebind.test twice (127.0.0.2
+//     at its first lookup, 127.0.0.1 after), evil.test (resolves to the
+//     registry but is not granted), private.test (10.0.0.1) and loop.test
+//     (127.0.0.1): each must be journaled egress.refused with its reason
+//     (egress_not_granted, address_loopback with the address,
+//     address_private, address_loopback) and no tunnel may open to any
+//     address but the registry's (check egress-refused); the trap, whose
+//     positive control is the host's own delivery, must hear nothing, and
+//     the registry see only granted names, each request's Host its SNI
+//     (check egress-receivers).
+//
+// moat's SSRF guard refuses 127.0.0.2 and the test names do not resolve,
+// as they must: a case cannot reach a global address or a DNS server
+// without talking to something other than the host's loopback. The
+// moat_test_hooks build of moat (-tags moat_test_hooks, as scripts/test
+// builds it) takes MOAT_TEST_GLOBAL_ADDR (the one address its guard
+// counts as global) and MOAT_TEST_HOSTS (a test resolver whose names may
+// rebind). Decision: the binary under test gets no such option, not even
+// one that only the controller could set: whatever `moat evidence run`
+// passes to `moat run` (an environment variable, a flag, a descriptor, a
+// file) a user's own invocation, or a workload that can start moat, can
+// pass too, and one address counted as global is a way past the guard to
+// the host's or a private network's services. So egress-grants alone is
+// run by Options.HooksBinary (`moat evidence run --hooks-binary F`,
+// default $MOAT_HOOKS_BIN), which the controller checks is a
+// moat_test_hooks build (its build info) and records by sha256 in
+// host.json (hooks-binary-sha256); the other cases never see the test
+// variables (cleanEnv drops MOAT_TEST_*). Without it the case is invalid
+// (a missing precondition) and moat is not run. What that costs: the
+// case establishes the egress guard and grants of the hooks build of the
+// same source, not of the binary under test's bytes; the build differs
+// only by the files tagged moat_test_hooks, each inert unless its
+// MOAT_TEST_* variable is set (sandbox/egress*_hooks.go for these two).
 //
 // A case with later runs (planted-grant-symlink, run-info-symlink) keeps
 // run 1 as the case's ordinary run (run info, journal, controls,

@@ -127,6 +127,9 @@ func writeFakeCase(t *testing.T, dir string, c Case) {
 		if l == "tool-result" {
 			body = []byte(`{"messages":[{"content":"` + ControlPrefix + "tool-result data=" + fakeToolSum + `"}]}`)
 		}
+		if l == "egress-fetch" {
+			body = []byte(`{"messages":[{"content":"` + ControlPrefix + "egress-fetch data=" + fakeEgressBody + `"}]}`)
+		}
 		n++
 		id := "req-" + l
 		line := app(audit.InferenceRequested{RequestID: id, Provider: "anthropic", API: "anthropic-messages", Endpoint: "/v1/messages",
@@ -139,7 +142,13 @@ func writeFakeCase(t *testing.T, dir string, c Case) {
 		b, _ := json.Marshal(ev)
 		events = append(append(events, b...), '\n')
 	}
-	toolFiles := fakeToolCase(c, app)
+	toolFiles := map[string][]byte{}
+	for name, b := range fakeToolCase(c, app) {
+		toolFiles[name] = b
+	}
+	for name, b := range fakeEgressCase(c, app) {
+		toolFiles[name] = b
+	}
 	host := HostRecord{RunInfo: true, ExitCode: 0, RunID: run, HostPID: 100, WorkloadPID: 101,
 		NetNSPrivate: boolp(true), MntNSPrivate: boolp(true), NoNewPrivs: boolp(true), WorkerGone: boolp(true), StagingRemoved: boolp(true),
 		Missing: []string{}, Notes: []string{}}
@@ -301,6 +310,9 @@ func fakeHostCase(c Case, h *HostRecord) []byte {
 	case "inotify-counter":
 		h.Inotify = &InotifyRecord{Owner: 65534, Before: "ok", Held: true, During: "ok", WorkloadFDs: 16}
 	}
+	if c.Egress {
+		h.Values = map[string]string{ValueEgressBody: fakeEgressBody, ValueEgressPort: fakeEgressPort, ValueHooksSHA: sha(nil)}
+	}
 	if c.Tool != "" {
 		h.Values = map[string]string{ValueToolArgs: fakeToolArgs, ValueToolSum: fakeToolSum,
 			ValueToolEnvSHA: "LANG=" + sha([]byte(toolServerLang)) + "," + ToolCredEnv + "=" + sha([]byte("tool-cred")),
@@ -360,4 +372,43 @@ func fakeToolCase(c Case, app func(audit.Record) string) map[string][]byte {
 func runInfoJSON(run string, pem []byte) []byte {
 	b, _ := json.Marshal(map[string]any{"run_id": run, "public_key_pem": string(pem), "host_pid": 100, "workload_pid": 101, "backend": "native"})
 	return b
+}
+
+// The fake egress case's registry.
+const (
+	fakeEgressBody = "moat-evidence-registry-fake"
+	fakeEgressPort = "4443"
+)
+
+// fakeEgressCase journals a clean egress case's records with app, sets
+// nothing else, and returns its egress-events.jsonl.
+func fakeEgressCase(c Case, app func(audit.Record) string) map[string][]byte {
+	out := map[string][]byte{}
+	if !c.Egress {
+		return out
+	}
+	attr := audit.Attribution{Status: confirmation.AttributionUnavailable, Reason: "test"}
+	for i, h := range []string{probe.EgressGranted, probe.EgressRebind} {
+		id := fmt.Sprintf("moattun_00000000000000000000000%d", i+1)
+		app(audit.EgressOpened{TunnelID: id, Host: h, Port: 4443, Grant: h + ":4443", Address: egressRegistryAddr, SNI: h, Attribution: attr})
+		app(audit.EgressClosed{TunnelID: id, BytesToHost: 100, BytesToWorkload: 200, DurationMS: 1, Reason: "closed"})
+	}
+	for i, r := range egressRefusals {
+		app(audit.EgressRefused{TunnelID: fmt.Sprintf("moattun_00000000000000000000001%d", i), Host: r.host, Port: 4443, Address: r.address,
+			Reason: r.reason, Detail: "refused", Attribution: attr})
+	}
+	var b []byte
+	for i, ev := range []EgressEvent{
+		{Listener: EgressTrap, Kind: "control", Bytes: 40, SHA256: sha(nil)},
+		{Listener: EgressRegistry, Kind: EgressKindHello, SNI: probe.EgressGranted},
+		{Listener: EgressRegistry, Kind: EgressKindRequest, SNI: probe.EgressGranted, Host: probe.EgressGranted + ":" + fakeEgressPort, Path: probe.EgressPath},
+		{Listener: EgressRegistry, Kind: EgressKindHello, SNI: probe.EgressRebind},
+		{Listener: EgressRegistry, Kind: EgressKindRequest, SNI: probe.EgressRebind, Host: probe.EgressRebind + ":" + fakeEgressPort, Path: probe.EgressPath},
+	} {
+		ev.N, ev.Time = i+1, "t"
+		l, _ := json.Marshal(ev)
+		b = append(append(b, l...), '\n')
+	}
+	out[FileEgressEvents] = b
+	return out
 }

@@ -148,6 +148,9 @@ type checkInput struct {
 	toolLogExists   bool
 	toolEvents      []ToolEvent
 	toolEventsExist bool
+	// The egress case's.
+	egress            []EgressEvent
+	egressEventsExist bool
 }
 
 var hostChecks = map[string]struct {
@@ -174,6 +177,9 @@ var hostChecks = map[string]struct {
 	CheckToolDetached:     {true, checkToolDetached},
 	CheckToolReaped:       {false, checkToolReaped},
 	CheckToolPreEffect:    {false, checkToolPreEffect},
+	CheckEgressFetch:      {true, checkEgressFetch},
+	CheckEgressRefused:    {false, checkEgressRefused},
+	CheckEgressReceivers:  {false, checkEgressReceivers},
 }
 
 // computeHostChecks runs the case's host checks, in the case's order.

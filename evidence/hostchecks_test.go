@@ -216,6 +216,47 @@ func TestHostChecksFromRawFiles(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, OutcomeInvalid},
+		// egress-grants
+		{"the trap heard a connection", "egress-grants", nil, func(t *testing.T, dir string) {
+			if err := appendLine(filepath.Join(dir, FileEgressEvents), EgressEvent{N: 9, Listener: EgressTrap, Kind: "hit", Bytes: 5, SHA256: sha(nil)}); err != nil {
+				t.Fatal(err)
+			}
+		}, OutcomeFail},
+		{"the registry saw the ungranted name", "egress-grants", nil, func(t *testing.T, dir string) {
+			if err := appendLine(filepath.Join(dir, FileEgressEvents), EgressEvent{N: 9, Listener: EgressRegistry, Kind: EgressKindHello, SNI: probe.EgressUngranted}); err != nil {
+				t.Fatal(err)
+			}
+		}, OutcomeFail},
+		{"a request's Host is not its SNI", "egress-grants", nil, func(t *testing.T, dir string) {
+			if err := appendLine(filepath.Join(dir, FileEgressEvents), EgressEvent{N: 9, Listener: EgressRegistry, Kind: EgressKindRequest,
+				SNI: probe.EgressGranted, Host: probe.EgressUngranted + ":" + fakeEgressPort, Path: "/"}); err != nil {
+				t.Fatal(err)
+			}
+		}, OutcomeFail},
+		{"no trap control", "egress-grants", nil, func(t *testing.T, dir string) {
+			evs, err := readJSONLines[EgressEvent](filepath.Join(dir, FileEgressEvents))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b []byte
+			for _, e := range evs {
+				if e.Listener != EgressTrap {
+					l, _ := json.Marshal(e)
+					b = append(append(b, l...), '\n')
+				}
+			}
+			writeFile(t, filepath.Join(dir, FileEgressEvents), b)
+		}, OutcomeInvalid},
+		{"no egress events", "egress-grants", nil, func(t *testing.T, dir string) {
+			if err := os.Remove(filepath.Join(dir, FileEgressEvents)); err != nil {
+				t.Fatal(err)
+			}
+		}, OutcomeInvalid},
+		{"the registry's body not at the provider", "egress-grants", func(h *HostRecord) { h.Values[ValueEgressBody] = "other" }, nil, OutcomeInvalid},
+		{"no hooks binary: moat not run", "egress-grants", func(h *HostRecord) {
+			h.Values = nil
+			h.Missing = append(h.Missing, "precondition: the egress case needs moat built with -tags moat_test_hooks")
+		}, nil, OutcomeInvalid},
 	}
 	for _, c := range Cases[20:] {
 		t.Run("clean/"+c.Name, func(t *testing.T) {
@@ -301,6 +342,10 @@ func TestVerifierRecomputesHostChecks(t *testing.T) {
 				}
 			case "tool-url-pre-effect":
 				if err := appendLine(filepath.Join(dir, FileToolEvents), ToolEvent{N: 2, Method: "tools/call", Tool: "add"}); err != nil {
+					t.Fatal(err)
+				}
+			case "egress-grants":
+				if err := appendLine(filepath.Join(dir, FileEgressEvents), EgressEvent{N: 9, Listener: EgressTrap, Kind: "hit"}); err != nil {
 					t.Fatal(err)
 				}
 			}

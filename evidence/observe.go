@@ -30,8 +30,11 @@ const (
 	FileLaterRuns = "later-runs.out"
 	// FileToolLog is the calc server's own log of the calls that reached
 	// it; FileToolEvents the url tool server's events (the tool cases).
-	FileToolLog         = "tool-calls.jsonl"
-	FileToolEvents      = "tool-events.jsonl"
+	FileToolLog    = "tool-calls.jsonl"
+	FileToolEvents = "tool-events.jsonl"
+	// FileEgressEvents is what the egress case's registry and trap
+	// received (EgressEvent).
+	FileEgressEvents    = "egress-events.jsonl"
 	maxSmallFile        = 1 << 20
 	preEffectHeaderName = "moat-pre-effect"
 )
@@ -291,6 +294,13 @@ func ObserveCase(dir string, c Case) (Observations, error) {
 				return o, err
 			}
 			in.toolEventsExist = err == nil
+		}
+		if c.Egress {
+			in.egress, err = readJSONLines[EgressEvent](filepath.Join(dir, FileEgressEvents))
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return o, err
+			}
+			in.egressEventsExist = err == nil
 		}
 		o.HostChecks = computeHostChecks(c, in)
 	}

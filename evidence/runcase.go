@@ -35,10 +35,11 @@ type caseRun struct {
 	fault      *faultStorage
 	startTimes map[int]string
 	// Set by setupHostCase for the cases with host checks.
-	extraRO   []string // read-only grants beyond the system ones
-	target    string   // the probe's --target
-	laterRuns []byte   // later-runs.out
-	tool      *toolRun // the tool cases' (tools.go)
+	extraRO   []string   // read-only grants beyond the system ones
+	target    string     // the probe's --target
+	laterRuns []byte     // later-runs.out
+	tool      *toolRun   // the tool cases' (tools.go)
+	egress    *egressRun // the egress case's (egress.go)
 }
 
 func (s *suite) runCase(ctx context.Context, c Case) (CaseReport, error) {
@@ -89,6 +90,9 @@ func (r *caseRun) close() {
 	if r.tool != nil && r.tool.url != nil {
 		r.tool.url.Close()
 	}
+	if r.egress != nil {
+		r.egress.close()
+	}
 	if r.fault != nil {
 		if err := r.fault.unmount(); err != nil {
 			r.host.Notes = append(r.host.Notes, "unmount fault tmpfs: "+err.Error())
@@ -126,6 +130,9 @@ func (r *caseRun) execute(ctx context.Context) error {
 	}
 	if err := r.setupTool(); err != nil {
 		return err
+	}
+	if ok, err := r.setupEgress(); !ok || err != nil {
+		return err // a missing precondition is recorded: invalid, moat is not run
 	}
 	var err error
 	if r.recv, err = StartReceivers(filepath.Join(r.dir, FileReceiverEvents)); err != nil {
@@ -185,7 +192,7 @@ func (r *caseRun) policy() []byte {
 	}
 	// The backend is chosen with --backend on the command line, which
 	// overrides the policy's and never falls back.
-	tools := r.toolPolicy(ro[:len(ro)-1-len(r.extraRO)])
+	tools := r.toolPolicy(ro[:len(ro)-1-len(r.extraRO)]) + r.egressPolicy()
 	return []byte(fmt.Sprintf(`version: 1
 filesystem:
   read_only: [%s]
@@ -239,6 +246,9 @@ func (r *caseRun) moatArgs(polPath, riPath string, run int) []string {
 	if r.tool != nil {
 		args = append(args, "--tool-args", r.tool.args)
 	}
+	if r.egress != nil {
+		args = append(args, "--egress-port", r.egress.port)
+	}
 	if run > 1 {
 		args = append(args, "--run", strconv.Itoa(run))
 	}
@@ -252,11 +262,18 @@ func (r *caseRun) runMoat(ctx context.Context, polPath string) error {
 	args := r.moatArgs(polPath, riPath, 1)
 	cctx, cancel := context.WithTimeout(ctx, CaseTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(cctx, r.s.Binary, args...)
+	bin := r.s.Binary
+	if r.egress != nil {
+		bin = r.s.HooksBinary
+	}
+	cmd := exec.CommandContext(cctx, bin, args...)
 	cmd.Dir = r.sdir
 	cmd.Env = append(cleanEnv(), CredEnvAnthropic+"="+r.s.creds["anthropic"], CredEnvOpenAI+"="+r.s.creds["openai"])
 	if r.tool != nil {
 		cmd.Env = append(cmd.Env, r.tool.env...)
+	}
+	if r.egress != nil {
+		cmd.Env = append(cmd.Env, r.egress.env()...)
 	}
 	var stdout, stderr capBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -265,7 +282,7 @@ func (r *caseRun) runMoat(ctx context.Context, polPath string) error {
 		os.WriteFile(filepath.Join(r.dir, FileMoatErr), r.s.redact(stderr.Bytes()), 0o644)
 	}()
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", r.s.Binary, err)
+		return fmt.Errorf("start %s: %w", bin, err)
 	}
 	exited := make(chan struct{})
 	var waitErr error
@@ -408,7 +425,8 @@ func cleanEnv() []string {
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch {
-		case strings.HasSuffix(k, "_API_KEY"), strings.HasSuffix(k, "_BASE_URL"), strings.HasPrefix(k, "MOAT_EVIDENCE_"):
+		case strings.HasSuffix(k, "_API_KEY"), strings.HasSuffix(k, "_BASE_URL"), strings.HasPrefix(k, "MOAT_EVIDENCE_"),
+			strings.HasPrefix(k, "MOAT_TEST_"), strings.HasSuffix(k, "_PROXY"), strings.HasSuffix(k, "_proxy"):
 			continue
 		}
 		out = append(out, kv)

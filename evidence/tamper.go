@@ -301,6 +301,20 @@ var Tampers = []Tamper{
 		}
 		return ResignReport(out, nil)
 	}},
+	{"egress-trap-hit-hidden", func(out string) error {
+		// The egress trap heard the rebinding name's second lookup; the report still says pass.
+		if err := appendLine(filepath.Join(out, CasesDir, "egress-grants", FileEgressEvents), EgressEvent{N: 99, Listener: EgressTrap, Kind: "hit", Bytes: 5, SHA256: sha256Hex([]byte("hello"))}); err != nil {
+			return err
+		}
+		return ResignReport(out, nil)
+	}},
+	{"egress-ungranted-at-registry-hidden", func(out string) error {
+		// The registry saw the ungranted name; the report still says pass.
+		if err := appendLine(filepath.Join(out, CasesDir, "egress-grants", FileEgressEvents), EgressEvent{N: 99, Listener: EgressRegistry, Kind: EgressKindHello, SNI: probe.EgressUngranted}); err != nil {
+			return err
+		}
+		return ResignReport(out, nil)
+	}},
 	{"report-dsse-reformatted", func(out string) error {
 		p := filepath.Join(out, FileReportDSSE)
 		b, err := os.ReadFile(p)

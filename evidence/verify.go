@@ -244,7 +244,7 @@ func verifyReportSignature(dir string, rb []byte, rep *Report, bad func(string, 
 // caseFileNames are the only files a case directory holds.
 var caseFileNames = []string{FilePolicy, FileRunInfo, FilePublicKey, FileJournal, FileProviderEvents,
 	FileRedirectEvents, FileReceiverEvents, FileHost, FileProbeOut, FileMoatErr, FileLaterRuns,
-	FileToolLog, FileToolEvents}
+	FileToolLog, FileToolEvents, FileEgressEvents}
 
 // verifyFileSet checks that the bundle holds exactly the files a bundle
 // holds (the manifest is checked against them separately), and that the

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -91,7 +92,11 @@ func runSuiteOn(t *testing.T, backend string, cases ...string) (string, *evidenc
 	moat, probeBin := bins(t)
 	out := filepath.Join(t.TempDir(), "bundle")
 	var progress bytes.Buffer
-	res, err := evidence.Run(context.Background(), evidence.Options{Out: out, Cases: cases, Binary: moat, Probe: probeBin, Backend: backend, Progress: &progress})
+	o := evidence.Options{Out: out, Cases: cases, Binary: moat, Probe: probeBin, Backend: backend, Progress: &progress}
+	if len(cases) == 0 || slices.ContainsFunc(cases, func(n string) bool { c, _ := evidence.CaseByName(n); return c.Egress }) {
+		o.HooksBinary = hooksBin(t)
+	}
+	res, err := evidence.Run(context.Background(), o)
 	t.Logf("progress:\n%s", progress.String())
 	if err != nil {
 		t.Fatalf("suite: %v", err)
@@ -159,7 +164,7 @@ func TestEvidenceSubset(t *testing.T) {
 func escapeCases() []string {
 	var out []string
 	for _, c := range evidence.Cases[20:] {
-		if c.Tool == "" {
+		if c.Tool == "" && !c.Egress {
 			out = append(out, c.Name)
 		}
 	}
@@ -175,6 +180,70 @@ func toolCases() []string {
 		}
 	}
 	return out
+}
+
+// hooksBin is moat built with -tags moat_test_hooks for the egress case:
+// $MOAT_HOOKS_BIN (scripts/test builds it), else built here.
+func hooksBin(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("MOAT_HOOKS_BIN"); p != "" {
+		return p
+	}
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	out := filepath.Join(dir, "moat-hooks")
+	cmd := exec.Command("go", "build", "-tags", "moat_test_hooks", "-o", out, "github.com/moat-sandbox/moat/cmd/moat")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building moat with -tags moat_test_hooks (set MOAT_HOOKS_BIN): %v\n%s", err, b)
+	}
+	return out
+}
+
+// TestEvidenceEgressCase runs the egress case as whoever runs the tests
+// (root, and CI's unprivileged pass): it passes on its host checks, the
+// registry saw the granted fetch and the trap only the host's control,
+// and the bundle verifies. Its control: without a hooks binary the same
+// case is invalid (a missing precondition) and moat is not run.
+func TestEvidenceEgressCase(t *testing.T) {
+	out, res := runSuite(t, "egress-grants")
+	c := res.Report.Cases[0]
+	for _, h := range c.Observations.HostChecks {
+		t.Logf("%s: %s: %v %s", c.Name, h.Name, h.Held, h.Detail)
+	}
+	if c.Outcome != evidence.OutcomePass {
+		b, _ := os.ReadFile(filepath.Join(out, "cases", c.Name, "moat.err"))
+		p, _ := os.ReadFile(filepath.Join(out, "cases", c.Name, "probe.out"))
+		t.Fatalf("got %s, want pass: %v\nmoat's stderr:\n%s\nprobe:\n%s", c.Outcome, c.Reasons, b, p)
+	}
+	evs, err := os.ReadFile(filepath.Join(out, "cases", c.Name, evidence.FileEgressEvents))
+	if err != nil || !strings.Contains(string(evs), `"sni":"registry.test"`) || !strings.Contains(string(evs), `"listener":"trap","kind":"control"`) {
+		t.Errorf("egress events %s (%v): want the granted fetch and the trap's control", evs, err)
+	}
+	if got := evidence.VerifyBundle(out, res.ManifestSHA256).ExitCode(); got != 2 {
+		t.Fatalf("verify subset: got exit %d, want 2", got)
+	}
+	checkNoSecrets(t, out, res.Credentials)
+
+	// Without a hooks binary: invalid, moat never started.
+	moat, probeBin := bins(t)
+	out2 := filepath.Join(t.TempDir(), "bundle")
+	res2, err := evidence.Run(context.Background(), evidence.Options{Out: out2, Cases: []string{"egress-grants"}, Binary: moat, Probe: probeBin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := res2.Report.Cases[0]; c.Outcome != evidence.OutcomeInvalid || c.Observations.RunInfo {
+		t.Errorf("without a hooks binary: got %s (run info %v), want invalid without a run: %v", c.Outcome, c.Observations.RunInfo, c.Reasons)
+	}
+	// The binary under test is not a hooks build: given as one, refused.
+	out3 := filepath.Join(t.TempDir(), "bundle")
+	res3, err := evidence.Run(context.Background(), evidence.Options{Out: out3, Cases: []string{"egress-grants"}, Binary: moat, Probe: probeBin, HooksBinary: moat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := res3.Report.Cases[0]; c.Outcome != evidence.OutcomeInvalid || c.Observations.RunInfo {
+		t.Errorf("a plain binary as the hooks binary: got %s, want invalid without a run: %v", c.Outcome, c.Reasons)
+	}
 }
 
 // TestEvidenceToolCases runs the tool cases as whoever runs the tests

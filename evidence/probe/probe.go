@@ -56,6 +56,9 @@ type Config struct {
 	Run int
 	// ToolArgs are the tool cases' add operands, "A,B".
 	ToolArgs string
+	// EgressPort is the egress case's port of the registry server and of
+	// the trap receiver (egress.go).
+	EgressPort string
 }
 
 // Main runs the probe with args (without the program name) and returns 0.
@@ -76,6 +79,7 @@ func Main(args []string, stdout io.Writer) int {
 	fs.StringVar(&c.Target, "target", "", "host path outside the grants for a planted symlink")
 	fs.IntVar(&c.Run, "run", 1, "the run's number within a multi-run case")
 	fs.StringVar(&c.ToolArgs, "tool-args", "", "the tool cases' add operands, A,B")
+	fs.StringVar(&c.EgressPort, "egress-port", "", "the egress case's registry port")
 	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
 		fmt.Fprintln(stdout, "usage: moat-probe [flags] CASE")
 		fmt.Fprintln(stdout, ClaimsLine)

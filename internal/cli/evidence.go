@@ -33,7 +33,7 @@ func newEvidenceRunCmd() *cobra.Command {
 	var o evidence.Options
 	var output *outputFlag
 	cmd := &cobra.Command{
-		Use:   "run --out DIR [--case NAME]… [--backend B] [--probe F] [--expected-probe-sha256 H] [--binary F] [--expected-binary-sha256 H] [--source-commit C] [-o json|yaml]",
+		Use:   "run --out DIR [--case NAME]… [--backend B] [--probe F] [--expected-probe-sha256 H] [--binary F] [--expected-binary-sha256 H] [--hooks-binary F] [--source-commit C] [-o json|yaml]",
 		Short: "Run the containment evidence suite and write a signed bundle",
 		Long: `Run the fixed hostile probe (moat-probe) in real sandboxes, one case at a
 time, against a synthetic provider and host receivers that the sandbox
@@ -75,6 +75,14 @@ Cases: ` + joinNames(evidence.CaseNames()),
 			o.Binary = abs
 			if o.Probe == "" {
 				o.Probe = filepath.Join(filepath.Dir(o.Binary), "moat-probe")
+			}
+			if o.HooksBinary == "" {
+				o.HooksBinary = os.Getenv("MOAT_HOOKS_BIN")
+			}
+			if o.HooksBinary != "" {
+				if o.HooksBinary, err = filepath.Abs(o.HooksBinary); err != nil {
+					return exitf(ExitRefused, "evidence run: %v", err)
+				}
 			}
 			o.Progress = cmd.OutOrStdout()
 			if output.machine() {
@@ -130,6 +138,7 @@ Cases: ` + joinNames(evidence.CaseNames()),
 	f.StringVar(&o.ExpectedProbeSHA256, "expected-probe-sha256", "", "refuse to start unless the probe has this sha256")
 	f.StringVar(&o.Binary, "binary", "", "the moat binary to test (default: this one)")
 	f.StringVar(&o.ExpectedBinarySHA256, "expected-binary-sha256", "", "refuse to start unless the binary has this sha256")
+	f.StringVar(&o.HooksBinary, "hooks-binary", "", "moat built with -tags moat_test_hooks, which runs the egress case alone (default: $MOAT_HOOKS_BIN; without it that case is invalid)")
 	f.StringVar(&o.SourceCommit, "source-commit", "", "the source commit the binary is declared to come from (recorded; compared with the embedded one)")
 	output = addOutput(cmd)
 	return cmd
