@@ -343,6 +343,13 @@ func (b *Broker) serveService(x *exchange, req *request) bool {
 	if !sv.AllowsMethod(req.method) {
 		return b.refuseService(x, name, req.method, refuse(ReasonMethod, 405, "method %s is not allowed for service %q; the grant allows %s", quote(req.method), name, strings.Join(sv.Methods, ", ")))
 	}
+	if strings.Contains(rest, ";") {
+		// No grant names a ';' (policy refuses it in paths), but one under
+		// a "/*" tail would pass AllowsPath, and servlet containers strip
+		// ";params" from each segment before resolving dot segments: to
+		// them "/repo.git/..;/other.git" is "/other.git".
+		return b.refuseService(x, name, req.method, refuse(ReasonPathTrick, 400, "';' (path parameters) is not allowed in a service path: servers read \"..;\" as \"..\""))
+	}
 	if !sv.AllowsPath(rest) {
 		return b.refuseService(x, name, req.method, refuse(ReasonServicePath, 403, "path %s is not allowed for service %q; the grant allows %s", quote(rest), name, strings.Join(sv.Paths, ", ")))
 	}

@@ -185,6 +185,12 @@ func TestServiceRefusals(t *testing.T) {
 		{"doubleslash", get("/svc/git//repo.git/info/refs?service=git-upload-pack"), ReasonPathTrick},
 		{"doubleslash-inner", get("/svc/git/repo.git//info/refs?service=git-upload-pack"), ReasonPathTrick},
 		{"backslash", get(`/svc/git/repo.git\..\x/info/refs`), ReasonPathTrick},
+		// Servlet containers (Tomcat, Jetty behind many artifact and CI
+		// servers) strip ";params" from each segment before resolving dot
+		// segments: "..;" is ".." to them, so the grant's /repo.git/* would
+		// reach /other.git.
+		{"semicolon-dotdot", get("/svc/git/repo.git/..;/other.git/info/refs?service=git-upload-pack"), ReasonPathTrick},
+		{"semicolon-param", get("/svc/git/repo.git/info/refs;jsessionid=1?service=git-upload-pack"), ReasonPathTrick},
 		{"fragment", get("/svc/git/repo.git/info/refs#x"), ReasonQuery},
 		{"empty-query", get("/svc/git/repo.git/info/refs?"), ReasonQuery},
 		{"other-repo", get("/svc/git/other.git/info/refs?service=git-upload-pack"), ReasonServicePath},
