@@ -93,7 +93,7 @@ func (d *decoder) mapping(n *yaml.Node, path string, known ...string) map[string
 	out := map[string]*yaml.Node{}
 	want := "a mapping with keys " + strings.Join(known, ", ")
 	if path == "" {
-		want = "a mapping (version, backend, landlock, filesystem, process, inference, audit, tools, egress)"
+		want = "a mapping (version, backend, landlock, filesystem, process, inference, audit, tools, egress, approvals)"
 	}
 	if !d.kind(n, path, yaml.MappingNode, want) {
 		return out

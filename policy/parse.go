@@ -72,7 +72,7 @@ func Parse(data []byte, baseDir string) (*Policy, error) {
 // TestSchemaMatchesDecoder keeps them, the struct tags and schema.json in
 // step.
 var (
-	topKeys        = []string{"version", "backend", "landlock", "filesystem", "process", "inference", "audit", "tools", "egress"}
+	topKeys        = []string{"version", "backend", "landlock", "filesystem", "process", "inference", "audit", "tools", "egress", "approvals"}
 	landlockKeys   = []string{"abi_floor"}
 	filesystemKeys = []string{"read_only", "read_write", "tmp_size", "volumes"}
 	volumeKeys     = []string{"image", "path", "size"}
@@ -183,6 +183,9 @@ func (d *decoder) decode(data []byte) *Policy {
 	}
 	if n := fields["egress"]; n != nil {
 		d.egress(n, &p.Egress)
+	}
+	if n := fields["approvals"]; n != nil {
+		d.approvals(n, &p.Approvals)
 	}
 	if n := fields["audit"]; n != nil {
 		f := d.mapping(n, "audit", auditKeys...)

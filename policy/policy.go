@@ -62,6 +62,9 @@ type Policy struct {
 	// Egress are the hosts and services the workload may reach through
 	// the broker (egress.go). Absent: none.
 	Egress Egress `yaml:"egress,omitempty" json:"egress,omitzero"`
+	// Approvals hold matching requests for an operator's decision
+	// (approvals.go). Absent: none are held.
+	Approvals Approvals `yaml:"approvals,omitempty" json:"approvals,omitzero"`
 
 	// Source is the absolute path of the file the policy was loaded from
 	// ("" for the built-in default). Not part of the YAML.
