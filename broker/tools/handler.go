@@ -323,6 +323,11 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, s *server, m *Mes
 	ctx, cancel := context.WithTimeout(r.Context(), time.Duration(s.entry.Timeout))
 	defer cancel()
 	all, err := s.up.ListTools(ctx)
+	if err != nil && h.cfg.Reflects([]byte(err.Error())) {
+		h.fatal(ReasonReflected, fmt.Errorf("tool server %q answered tools/list with an error that carries a credential moat holds; withheld", s.entry.Name))
+		h.replyError(w, m.ID, CodeRefused, ReasonReflected, "moat: the tool server's error was withheld: it carried a credential; the run is ended")
+		return
+	}
 	if err != nil {
 		h.log.Warn("moat.tools list failed", "server", s.entry.Name, "error", err.Error())
 		h.replyError(w, m.ID, CodeInternal, ReasonServerError, fmt.Sprintf("moat: tool server %q could not list its tools: %s", s.entry.Name, bound(err.Error())))
@@ -398,6 +403,12 @@ func (h *Handler) call(w http.ResponseWriter, r *http.Request, s *server, m *Mes
 	ctx, cancel := context.WithTimeout(context.WithValue(r.Context(), preEffectKey{}, line), timeout)
 	defer cancel()
 	res, err := s.up.CallTool(ctx, c.Tool, c.Arguments)
+	if err != nil && h.cfg.Reflects([]byte(err.Error())) {
+		// The server's error text is shown and journaled like a result.
+		h.fatal(ReasonReflected, fmt.Errorf("the error of tool %q on server %q carries a credential moat holds; withheld", c.Tool, name))
+		h.fail(w, m.ID, id, ReasonReflected, "moat: the server's error was withheld: it carried a credential; the run is ended")
+		return
+	}
 	if err != nil {
 		reason, msg := ReasonServerError, fmt.Sprintf("moat: tool %s on server %q failed: %s", quote(c.Tool), name, bound(err.Error()))
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {

@@ -73,6 +73,9 @@ func testServer(o *observer) *sdk.Server {
 	add("leak", func(context.Context, json.RawMessage) (*sdk.CallToolResult, error) {
 		return text("key=" + testSecret), nil
 	})
+	add("leakerr", func(context.Context, json.RawMessage) (*sdk.CallToolResult, error) {
+		return nil, errors.New("upstream refused key " + testSecret) // a JSON-RPC error
+	})
 	return s
 }
 
@@ -476,5 +479,37 @@ func TestSharedAccount(t *testing.T) {
 	_, err := gs.CallTool(context.Background(), &sdk.CallToolParams{Name: "add", Arguments: map[string]any{"a": 1, "b": 1}})
 	if err == nil || !strings.Contains(err.Error(), "run was stopped") {
 		t.Errorf("later call: got %v, want the run_failed refusal", err)
+	}
+}
+
+// TestErrorReflection: a tool server's JSON-RPC error is shown to the
+// workload and journaled, so its text goes through the reflection guard
+// like a result: an error carrying a credential is withheld and ends the
+// run. Control: an ordinary error (add's bad arguments) reaches the
+// workload.
+func TestErrorReflection(t *testing.T) {
+	e := calcEntry()
+	e.Tools = append(e.Tools, "leakerr")
+	e.Timeout = policy.Duration(10 * time.Second) // no call here waits
+	f := newFixture(t, e)
+	cs := f.client(t)
+	ctx := context.Background()
+	if _, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "add", Arguments: map[string]any{"a": "x"}}); err == nil || !strings.Contains(err.Error(), "cannot unmarshal") {
+		t.Fatalf("control: got %v, want the server's own error", err)
+	}
+	_, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "leakerr"})
+	if err == nil || strings.Contains(err.Error(), testSecret) || !strings.Contains(err.Error(), "withheld") {
+		t.Fatalf("leakerr: got %v, want withheld without the credential", err)
+	}
+	select {
+	case r := <-f.fat:
+		if r != ReasonReflected {
+			t.Errorf("fatal: got %s, want %s", r, ReasonReflected)
+		}
+	default:
+		t.Error("no fatal event")
+	}
+	if strings.Contains(string(mustRead(t, f.w.JournalPath())), testSecret) {
+		t.Error("the journal holds the credential")
 	}
 }
