@@ -278,6 +278,50 @@
 //	{"address":"151.101.0.223","attribution":{"executable":"/usr/bin/pip","pid":4242,"sha256":"cc…cc","status":"resolved"},"grant":"pypi.org:443","host":"pypi.org","port":443,"prev":"…","run":"run-1","seq":7,"sni":"pypi.org","time":"2026-12-01T02:00:00Z","tunnel_id":"moattun_000000000000000000000001","type":"egress.opened","v":1}
 //	{"bytes_to_host":1893,"bytes_to_workload":40213,"duration_ms":412,"prev":"…","reason":"closed","run":"run-1","seq":8,"time":"2026-12-01T02:00:01Z","tunnel_id":"moattun_000000000000000000000001","type":"egress.closed","v":1}
 //
+// # Approvals
+//
+// A request matching one of the policy's approvals.rules is held until an
+// operator decides it (moat approvals). Three record types cover it;
+// their members, in payload (RFC 8785) order:
+//
+//	approval.requested     approval_id, name, principal, request_bytes, request_id, request_sha256, road, target, timeout_ms
+//	approval.decided       approval_id, approver (omitempty), decision, detail (omitempty), request_id, request_sha256
+//	approval.substitution  approval_id, approver (omitempty), detail, presented_sha256 (omitempty), reason, request_sha256
+//
+// approval_id is "moatapr_" followed by 24 lowercase hex digits, fresh
+// per held request; request_id is the held request's (its later
+// inference.requested or inference.refused carries the same). road is
+// inference, tool or service; target the provider, server or service;
+// name the model, tool or path. request_sha256 and request_bytes cover
+// the exact canonical request bytes that leave if it is approved (for
+// inference, the body_sha256 of its inference.requested). principal is
+// {"attribution":…,"run":…,"sandbox":…}: the run id, the sandbox's name
+// (absent for moat run) and the process that made the request.
+// timeout_ms is how long it is held at most. approval.requested is
+// durable before the approval can be listed or decided. approval.decided
+// ends it: decision is approved, denied, timed_out, substituted or
+// cancelled (the run ended); approver is the control socket's peer
+// ("uid U pid P"), absent for timed_out and cancelled. It is durable
+// before an approved request's own pre-effect record is written, and so
+// before the request leaves; any other decision is followed by the
+// request's refusal (reasons approval_denied, approval_timeout,
+// approval_substituted, run_failed). approval.substitution records an
+// attempt to decide that was refused: reason digest_mismatch (the
+// digest given is not the held request's), principal_mismatch,
+// run_mismatch, replay (the approval was decided already: an approval is
+// single use) or bytes_changed (the bytes about to leave are not those
+// approved); presented_sha256 is the digest given, or for bytes_changed
+// the digest of the bytes that were about to leave. A mismatch on a held
+// request also decides it substituted: the request never leaves. None of
+// them counts in run.terminated's counts. For example, with the key and
+// clock pinned:
+//
+//	{"approval_id":"moatapr_000000000000000000000001","name":"claude-x","prev":"5589…e49b","principal":{"attribution":{"executable":"/usr/bin/python3","pid":4242,"sha256":"cc…cc","status":"resolved"},"run":"run-1","sandbox":"dev"},"request_bytes":120,"request_id":"moatreq_000000000000000000000002","request_sha256":"dd…dd","road":"inference","run":"run-1","seq":3,"target":"anthropic","time":"2026-12-01T02:00:00Z","timeout_ms":300000,"type":"approval.requested","v":1}
+//	{"approval_id":"moatapr_000000000000000000000001","approver":"uid 1000 pid 77","decision":"substituted","prev":"c388…e666","request_id":"moatreq_000000000000000000000002","request_sha256":"dd…dd","run":"run-1","seq":5,"time":"2026-12-01T02:00:00Z","type":"approval.decided","v":1}
+//
+// (Example_approvalRequested prints them in full, with the substitution
+// between them.)
+//
 // # Terminal reasons
 //
 // run.terminated's reason says how the run ended; exit_code is what the

@@ -97,7 +97,8 @@ func knownRecord(r Record) bool {
 		InferenceRefused, InferenceFailed, ProcessStarted, ProcessExited, ProcessFailed, RunTerminated,
 		ToolRequested, ToolCompleted, ToolRefused, ToolFailed, ToolServerConfirmed,
 		ServiceRequested, ServiceCompleted, ServiceRefused, ServiceFailed,
-		EgressOpened, EgressClosed, EgressRefused:
+		EgressOpened, EgressClosed, EgressRefused,
+		ApprovalRequested, ApprovalDecided, ApprovalSubstitution:
 		return true
 	}
 	return false

@@ -46,6 +46,8 @@ func WriteTimeline(w io.Writer, journal []byte) {
 			mark, typ = "!!", "FAILED "+typ
 		case EgressRefused:
 			mark, typ = "!!", "REFUSED "+typ
+		case ApprovalSubstitution:
+			mark, typ = "!!", "SUBSTITUTION "+typ
 		case BoundaryConfirmed:
 			if !r.Ready {
 				mark = "!!"
@@ -140,6 +142,8 @@ func Describe(r Record) string {
 		return describeService(r)
 	case EgressOpened, EgressClosed, EgressRefused:
 		return describeEgress(r)
+	case ApprovalRequested, ApprovalDecided, ApprovalSubstitution:
+		return describeApproval(r)
 	case RunTerminated:
 		c := r.Counts
 		s := fmt.Sprintf("reason=%s exit=%d requested=%d completed=%d refused=%d failed=%d processes=%d",

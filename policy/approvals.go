@@ -181,4 +181,3 @@ func (d *decoder) approvalRule(n *yaml.Node, ip string) (ApprovalRule, bool) {
 	}
 	return r, len(d.probs) == nprobs
 }
-
