@@ -322,6 +322,46 @@
 // (Example_approvalRequested prints them in full, with the substitution
 // between them.)
 //
+// # Receipts
+//
+// A receipt proves that one request was made and answered. It is derived
+// from two signed lines of the journal, the request's pre-effect record
+// (inference.requested, tool.requested, service.requested) and its
+// completion record (inference.completed, tool.completed,
+// service.completed, same request_id or call_id), and adds nothing they
+// do not say. MakeReceipt (`moat audit receipt JOURNAL SEQ -o json`)
+// prints it as one JSON object in RFC 8785 form; ParseReceipt accepts any
+// JSON layout of exactly these members (no unknown or duplicate member,
+// at most MaxReceiptBytes):
+//
+//	format       "moat.receipt.v1"
+//	run          the run id
+//	keyid        the run key's keyid (64 hex digits)
+//	road         "inference", "tool" or "service"
+//	id           the request_id or call_id
+//	target       the provider, tool server or service name
+//	name         the model, the tool, or the service's method, SP, path
+//	request      {seq, type, line_sha256, sha256}: the pre-effect line's
+//	             seq, record type and LineHash, and the request digest
+//	             (body_sha256, arguments_sha256, body_sha256)
+//	response     the same for the completion line, with the response
+//	             digest (response_sha256, result_sha256, body_sha256)
+//	status       the provider's or service's HTTP status (absent for tools)
+//	usage        inference only: the completion's usage, as journaled
+//	approval_id  the approval that let the request leave; absent when
+//	             there was none (approvals are not journaled yet, so
+//	             always absent for now)
+//
+// VerifyReceipt (`moat audit verify-receipt RECEIPT --journal J --key PUB
+// | --key-fingerprint F`) checks it offline: keyid is the pinned key's;
+// the journal verifies with that key through line response.seq (what
+// follows that line is not looked at, so a receipt stays checkable while
+// the run goes on); the lines at request.seq and response.seq hash to the
+// receipt's line_sha256s; and the receipt derived from those lines equals
+// it member for member. The errors wrap ErrReceiptMalformed,
+// ErrWrongKey, ErrReceiptJournal (the journal ends before the lines or
+// does not verify up to them) or ErrReceiptMismatch (a member differs).
+//
 // # Terminal reasons
 //
 // run.terminated's reason says how the run ended; exit_code is what the

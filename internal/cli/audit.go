@@ -26,7 +26,7 @@ show it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newAuditVerifyCmd(), newAuditShowCmd())
+	cmd.AddCommand(newAuditVerifyCmd(), newAuditShowCmd(), newAuditReceiptCmd(), newAuditVerifyReceiptCmd())
 	return cmd
 }
 

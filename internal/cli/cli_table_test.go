@@ -55,6 +55,10 @@ var wantOutput = map[string][]string{
 	"moat runs":            nil,
 	"moat sandbox":         nil,
 	"moat":                 nil,
+
+	// receipts (issue 14 item 3)
+	"moat audit receipt":        {"json", "yaml"},
+	"moat audit verify-receipt": {"json", "yaml"},
 }
 
 func TestEveryCommandHasExampleAndOutputFormats(t *testing.T) {
