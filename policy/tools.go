@@ -34,10 +34,11 @@ import (
 //	        read_only: [/opt/mcp]
 //
 // Exactly one of command and url is given. A url server is reached over
-// MCP streamable HTTP; for now only loopback addresses are accepted
-// (https, or http to 127.0.0.0/8, ::1 or localhost): remote servers will
-// be dialled through the egress guard (one resolution, global unicast
-// only, no redirects) once it exists, and this check will widen then.
+// MCP streamable HTTP: https, or plain http to 127.0.0.0/8, ::1 or
+// localhost. A url whose host is not a loopback address is dialled
+// through the run's egress guard (internal/netguard: one resolution,
+// global unicast only, the checked address dialled), and its redirects
+// are refused, whatever host it names.
 type Tools struct {
 	MCP []MCPServer `yaml:"mcp,omitempty" json:"mcp,omitempty"`
 }
@@ -349,16 +350,22 @@ func (d *decoder) serverPaths(n *yaml.Node, path string) []string {
 	return out
 }
 
-// checkToolURL is checkBaseURL, narrowed to loopback hosts until the
-// egress guard exists.
+// checkToolURL is checkBaseURL: https, or http to a loopback host. A
+// remote url is dialled through the egress guard (IsLoopbackURL says
+// which are not).
 func checkToolURL(s string) string {
 	if msg := checkBaseURL(s); msg != "" {
 		return strings.Replace(msg, "base_url", "url", 1)
 	}
-	if u, err := neturl.Parse(s); err != nil || !isLoopbackHost(u.Hostname()) {
-		return fmt.Sprintf("url %q is not a loopback address; moat reaches remote MCP servers only through its egress guard, which this version does not have yet (127.0.0.0/8, ::1 and localhost are accepted)", s)
-	}
 	return ""
+}
+
+// IsLoopbackURL reports whether a tools.mcp url names a loopback host
+// (127.0.0.0/8, ::1 or localhost), which moat dials directly; any other
+// is dialled through the egress guard.
+func IsLoopbackURL(s string) bool {
+	u, err := neturl.Parse(s)
+	return err == nil && isLoopbackHost(u.Hostname())
 }
 
 // validateTools checks each command server's grants as a backend would

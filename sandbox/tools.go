@@ -75,7 +75,15 @@ func startToolServers(ctx context.Context, be boundary.Backend, pol *policy.Poli
 		var t sdk.Transport
 		var err error
 		if e.URL != "" {
-			t = tools.URLTransport(e.URL, cred)
+			// A remote url through the run's egress guard (a hooks
+			// binary's test-global address and resolver included);
+			// a loopback one directly (URLTransport's default dial
+			// connects to loopback addresses only).
+			var o tools.URLOptions
+			if !policy.IsLoopbackURL(e.URL) {
+				o.Dial = tunnelGuard().DialContext
+			}
+			t = tools.URLTransport(e.URL, cred, o)
 		} else {
 			t, err = ts.startCommand(cctx, be, pol, e, cred, runID, stateDir, runDir, rp, journal)
 		}

@@ -42,7 +42,11 @@
 //
 // A url server gets each call's tool.requested line, base64, in the
 // Moat-Pre-Effect header (URLTransport), as a provider gets its
-// inference.requested.
+// inference.requested. URLTransport dials through URLOptions.Dial, which
+// moat sets to the run's egress guard (internal/netguard) for every url
+// whose host is not a loopback address; its default dial connects to
+// loopback addresses only. Redirects are refused (ErrRedirect), never
+// followed.
 //
 // The official Go SDK (github.com/modelcontextprotocol/go-sdk) is the
 // client towards the servers (Connect), over any of its transports: a

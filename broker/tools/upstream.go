@@ -2,10 +2,16 @@ package tools
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
+	"syscall"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -68,16 +74,49 @@ const PreEffectHeader = "Moat-Pre-Effect"
 
 type preEffectKey struct{}
 
-// URLTransport reaches a url server over MCP streamable HTTP: no proxy
-// from the environment, no redirects, cred (when set) as a bearer token,
-// and on each tools/call the call's tool.requested line in
-// PreEffectHeader. (The policy admits loopback urls only, until the
-// egress guard exists.)
-func URLTransport(url, cred string) sdk.Transport {
-	tr := &http.Transport{Proxy: nil, MaxIdleConns: 4, IdleConnTimeout: time.Minute}
+// URLOptions say how URLTransport reaches a url server.
+type URLOptions struct {
+	// Dial makes each connection. moat passes the run's egress guard
+	// (internal/netguard: one resolution, global unicast only, the
+	// checked address dialled) for every url whose host is not a
+	// loopback address. nil: a dialer that connects to loopback
+	// addresses only (the policy's http://127.0.0.1… servers), so that a
+	// caller that forgets the guard fails closed.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// RootCAs verify an https server (nil: the system's roots).
+	RootCAs *x509.CertPool
+}
+
+// URLTransport reaches a url server over MCP streamable HTTP: through
+// o.Dial, no proxy from the environment, no redirects (a 3xx answer is
+// an error, its Location never dialled), cred (when set) as a bearer
+// token, and on each tools/call the call's tool.requested line in
+// PreEffectHeader.
+func URLTransport(url, cred string, o URLOptions) sdk.Transport {
+	dial := o.Dial
+	if dial == nil {
+		dial = loopbackDial
+	}
+	tr := &http.Transport{Proxy: nil, DialContext: dial, MaxIdleConns: 4, IdleConnTimeout: time.Minute,
+		TLSClientConfig: &tls.Config{RootCAs: o.RootCAs}, TLSHandshakeTimeout: 10 * time.Second, ForceAttemptHTTP2: true}
 	return &sdk.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true, MaxRetries: -1,
 		HTTPClient: &http.Client{Transport: headers{rt: tr, token: cred},
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+// ErrRedirect is a url server's redirect, refused.
+var ErrRedirect = errors.New("the url server answered a redirect; moat does not follow redirects from tool servers")
+
+// loopbackDial connects to loopback addresses only.
+func loopbackDial(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := &net.Dialer{Control: func(_, address string, _ syscall.RawConn) error {
+		ap, err := netip.ParseAddrPort(address)
+		if err != nil || !ap.Addr().Unmap().IsLoopback() {
+			return fmt.Errorf("tool server address %s is not a loopback address; a remote url server is dialled only through the egress guard", address)
+		}
+		return nil
+	}}
+	return d.DialContext(ctx, network, addr)
 }
 
 // headers adds the bearer token and the pre-effect record.
@@ -94,5 +133,10 @@ func (h headers) RoundTrip(r *http.Request) (*http.Response, error) {
 	if line, ok := r.Context().Value(preEffectKey{}).([]byte); ok {
 		r.Header.Set(PreEffectHeader, base64.StdEncoding.EncodeToString(line))
 	}
-	return h.rt.RoundTrip(r)
+	res, err := h.rt.RoundTrip(r)
+	if err == nil && res.StatusCode >= 300 && res.StatusCode < 400 {
+		res.Body.Close()
+		return nil, fmt.Errorf("%w (%d to %q)", ErrRedirect, res.StatusCode, res.Header.Get("Location"))
+	}
+	return res, err
 }

@@ -44,7 +44,7 @@ func TestURLServerPreEffect(t *testing.T) {
 	}))
 	defer hs.Close()
 	ctx := context.Background()
-	up, err := Connect(ctx, "remote", URLTransport(hs.URL, "tok-0123456789"))
+	up, err := Connect(ctx, "remote", URLTransport(hs.URL, "tok-0123456789", URLOptions{}))
 	if err != nil {
 		t.Fatal(err)
 	}
