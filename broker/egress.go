@@ -38,7 +38,9 @@ import (
 //     is not global unicast;
 //  4. answers 200, reads the TLS ClientHello and requires its server name
 //     to equal the CONNECT host (an IP-literal grant takes a ClientHello
-//     without one, as TLS clients send none for addresses);
+//     without one, as TLS clients send none for addresses) and refuses
+//     one with Encrypted Client Hello or ESNI, whose server name is only
+//     the CDN's public name, the one that counts being encrypted;
 //  5. journals egress.opened (host, port, grant, address, SNI,
 //     attribution) durably, then dials exactly the checked address and
 //     relays, the ClientHello first;
@@ -263,7 +265,11 @@ func (b *Broker) serveTunnel(c net.Conn) {
 	c.SetReadDeadline(time.Now().Add(EgressHeadTimeout))
 	hello, sni, err := readClientHello(br)
 	if err != nil {
-		b.refuseTunnel(t, egressRefusal{reason: ReasonEgressTLS, msg: err.Error()}, false)
+		reason := ReasonEgressTLS
+		if errors.Is(err, errHiddenSNI) {
+			reason = ReasonEgressSNI
+		}
+		b.refuseTunnel(t, egressRefusal{reason: reason, msg: err.Error()}, false)
 		return
 	}
 	t.sni = strings.ToLower(sni)

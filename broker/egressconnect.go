@@ -212,6 +212,9 @@ func readClientHello(br *bufio.Reader) (raw []byte, sni string, err error) {
 			}
 			if len(hs) >= m+4 {
 				sni, err := parseClientHelloSNI(hs[4 : 4+m])
+				if errors.Is(err, errHiddenSNI) {
+					return nil, "", err
+				}
 				if err != nil {
 					return nil, "", &errNotTLS{err.Error()}
 				}
@@ -221,9 +224,24 @@ func readClientHello(br *bufio.Reader) (raw []byte, sni string, err error) {
 	}
 }
 
+// TLS extensions that hide the server name the server routes by: with
+// Encrypted Client Hello the server_name moat reads is only the outer
+// (public) name, which a CDN shares across every site behind it, and the
+// name that selects the site is encrypted; ESNI (its draft predecessor)
+// the same. Neither curl, git, pip, npm nor Go's crypto/tls sends them
+// unless configured to.
+const (
+	tlsExtECH  = 0xfe0d // encrypted_client_hello
+	tlsExtESNI = 0xffce // encrypted_server_name (draft)
+)
+
+// errHiddenSNI: the ClientHello hides its real server name (ECH, ESNI).
+var errHiddenSNI = errors.New("the ClientHello carries Encrypted Client Hello (or ESNI): the server name it is sent to is encrypted, so moat cannot check it against the grant; turn ECH off for tunnels through moat")
+
 // parseClientHelloSNI returns the host_name of the server_name
 // extension of a ClientHello body, "" when there is none. More than one
-// server_name extension or host_name is refused.
+// server_name extension or host_name is refused, and so is a ClientHello
+// that hides its name (errHiddenSNI).
 func parseClientHelloSNI(b []byte) (string, error) {
 	bad := errors.New("malformed TLS ClientHello")
 	s := cursor(b)
@@ -243,6 +261,9 @@ func parseClientHelloSNI(b []byte) (string, error) {
 		body, ok2 := exts.vec(2)
 		if !ok1 || !ok2 {
 			return "", bad
+		}
+		if typ == tlsExtECH || typ == tlsExtESNI {
+			return "", errHiddenSNI
 		}
 		if typ != 0 {
 			continue
