@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -138,5 +139,43 @@ func (h headers) RoundTrip(r *http.Request) (*http.Response, error) {
 		res.Body.Close()
 		return nil, fmt.Errorf("%w (%d to %q)", ErrRedirect, res.StatusCode, res.Header.Get("Location"))
 	}
+	if err == nil {
+		// The SDK reads an application/json answer whole (io.ReadAll)
+		// and caps only SSE events and stdio lines: the same cap here.
+		res.Body = &cappedBody{rc: res.Body, left: MaxAnswerBytes}
+	}
 	return res, err
 }
+
+// MaxAnswerBytes caps one answer body of a url server, as the SDK caps
+// one message of a command server on stdio (sdk.DefaultMaxLineLength).
+const MaxAnswerBytes = sdk.DefaultMaxLineLength
+
+// errAnswerTooLarge ends an answer body past MaxAnswerBytes.
+var errAnswerTooLarge = fmt.Errorf("the url server's answer is over %d bytes", MaxAnswerBytes)
+
+// cappedBody fails a read past its cap instead of returning more.
+type cappedBody struct {
+	rc   io.ReadCloser
+	left int64
+}
+
+func (c *cappedBody) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		// One byte more tells a body of exactly the cap from a longer one.
+		var b [1]byte
+		n, err := c.rc.Read(b[:])
+		if n > 0 {
+			return 0, errAnswerTooLarge
+		}
+		return 0, err
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.rc.Read(p)
+	c.left -= int64(n)
+	return n, err
+}
+
+func (c *cappedBody) Close() error { return c.rc.Close() }

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -96,5 +99,51 @@ func TestURLServerPreEffect(t *testing.T) {
 	}
 	if calls != 1 || !strings.Contains(strings.Join(obs.seen(), "|"), `add {"a":1,"b":2}`) {
 		t.Errorf("server saw %d calls (%q), want 1", calls, obs.seen())
+	}
+}
+
+// TestURLServerAnswerCap: a url server's application/json answer is read
+// under the same cap as a command server's message on stdio (the SDK's
+// 16 MiB line limit): a larger one fails the call instead of being read
+// whole into moat's memory. Control: a small answer of the same server,
+// in the same form, is the result.
+func TestURLServerAnswerCap(t *testing.T) {
+	obs := &observer{}
+	srv := testServer(obs)
+	var size atomic.Int64 // the text's size in the next tools/call answer
+	inner := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, nil)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		if json.Unmarshal(body, &m) == nil && m.Method == "tools/call" {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"`, m.ID)
+			chunk := strings.Repeat("x", 1<<20)
+			for n := int(size.Load()); n > 0; n -= len(chunk) {
+				io.WriteString(w, chunk[:min(n, len(chunk))])
+			}
+			io.WriteString(w, `"}]}}`)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		inner.ServeHTTP(w, r)
+	}))
+	defer hs.Close()
+	ctx := context.Background()
+	up, err := Connect(ctx, "remote", URLTransport(hs.URL, "", URLOptions{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	size.Store(1000)
+	if res, err := up.CallTool(ctx, "add", []byte(`{}`)); err != nil || len(res.Content) != 1 {
+		t.Fatalf("control: %v %v", res, err)
+	}
+	size.Store(40 << 20)
+	if _, err := up.CallTool(ctx, "add", []byte(`{}`)); err == nil {
+		t.Fatal("a 40 MiB answer was read whole")
 	}
 }
