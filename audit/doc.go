@@ -348,9 +348,10 @@
 //	             digest (response_sha256, result_sha256, body_sha256)
 //	status       the provider's or service's HTTP status (absent for tools)
 //	usage        inference only: the completion's usage, as journaled
-//	approval_id  the approval that let the request leave; absent when
-//	             there was none (approvals are not journaled yet, so
-//	             always absent for now)
+//	approval_id  the approval that let the request leave: the
+//	             approval_id of the approval.decided (decision approved)
+//	             for the same request id before its pre-effect record;
+//	             absent when there is none
 //
 // VerifyReceipt (`moat audit verify-receipt RECEIPT --journal J --key PUB
 // | --key-fingerprint F`) checks it offline: keyid is the pinned key's;

@@ -55,9 +55,9 @@ type Receipt struct {
 	Response ReceiptLine `json:"response"`
 	Status   int         `json:"status,omitempty"`
 	Usage    *Usage      `json:"usage,omitempty"`
-	// ApprovalID is the approval that let the request leave; absent when
-	// none was needed (and, for now, always: approvals are not journaled
-	// yet).
+	// ApprovalID is the approval that let the request leave (the
+	// approval.decided with decision approved for its id, before its
+	// pre-effect record); absent when none was needed.
 	ApprovalID string `json:"approval_id,omitempty"`
 }
 
@@ -270,9 +270,22 @@ func deriveReceipt(lines [][]byte, done int64, keyID string) (*Receipt, error) {
 	if q == nil {
 		return nil, fmt.Errorf("%w: line %d completes %s, which has no %s before it", ErrReceiptNotCompleted, done, id, receiptRoads[road][0])
 	}
+	// The approval that let it leave: approval.decided (approved) for the
+	// same request, before its pre-effect record.
+	approval := ""
+	for i := q.Header.Seq - 1; i >= 1 && approval == ""; i-- {
+		e, err := ParseLine(lines[i-1])
+		if err != nil {
+			return nil, fmt.Errorf("%w: line %d: %v", ErrReceiptJournal, i, err)
+		}
+		if d, ok := e.Record.(ApprovalDecided); ok && d.RequestID == id && d.Decision == ApprovalApproved {
+			approval = d.ApprovalID
+		}
+	}
 	r := &Receipt{Format: ReceiptFormat, Run: c.Header.Run, KeyID: keyID, Road: road, ID: id,
-		Request:  ReceiptLine{Seq: q.Header.Seq, Type: q.Header.Type, LineSHA256: LineHash(q.Line)},
-		Response: ReceiptLine{Seq: c.Header.Seq, Type: c.Header.Type, LineSHA256: LineHash(c.Line)},
+		Request:    ReceiptLine{Seq: q.Header.Seq, Type: q.Header.Type, LineSHA256: LineHash(q.Line)},
+		Response:   ReceiptLine{Seq: c.Header.Seq, Type: c.Header.Type, LineSHA256: LineHash(c.Line)},
+		ApprovalID: approval,
 	}
 	switch qr := q.Record.(type) {
 	case InferenceRequested:

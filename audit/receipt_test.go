@@ -15,7 +15,8 @@ import (
 
 // receiptJournal writes a journal with one completed request on each road
 // (inference at 4/5, tool at 6/7, service at 8/9), a failed inference
-// (10/11) and an unterminated tail: the run is still going.
+// (10/11), an approved inference (approval 12/13, request 14/15) and an
+// unterminated tail: the run is still going.
 func receiptJournal(t testing.TB) testJournal {
 	t.Helper()
 	w, priv := newTestWriter(t)
@@ -36,6 +37,15 @@ func receiptJournal(t testing.TB) testJournal {
 		InferenceRequested{RequestID: "moatreq_000000000000000000000004", Provider: "anthropic", API: "anthropic-messages",
 			Endpoint: "/v1/messages", Model: "claude-sonnet-4-5", BodySHA256: strings.Repeat("8", 64), ReservedTokens: 100, Attribution: attr},
 		InferenceFailed{RequestID: "moatreq_000000000000000000000004", Reason: "timeout", Detail: "moat: upstream timeout"},
+		// 12-15: an approved inference; 16: a denied approval of another
+		ApprovalRequested{ApprovalID: "moatapr_000000000000000000000005", RequestID: "moatreq_000000000000000000000005", Road: "inference",
+			Target: "anthropic", Name: "claude-sonnet-4-5", RequestSHA256: strings.Repeat("a", 64), RequestBytes: 10,
+			Principal: Principal{Run: "r", Attribution: attr}, TimeoutMS: 1000},
+		ApprovalDecided{ApprovalID: "moatapr_000000000000000000000005", RequestID: "moatreq_000000000000000000000005", Decision: ApprovalApproved, RequestSHA256: strings.Repeat("a", 64)},
+		InferenceRequested{RequestID: "moatreq_000000000000000000000005", Provider: "anthropic", API: "anthropic-messages",
+			Endpoint: "/v1/messages", Model: "claude-sonnet-4-5", BodySHA256: strings.Repeat("a", 64), ReservedTokens: 100, Attribution: attr},
+		InferenceCompleted{RequestID: "moatreq_000000000000000000000005", Status: 200, ResponseSHA256: strings.Repeat("b", 64),
+			ResponseBytes: 9, Usage: Usage{InputTokens: 1, OutputTokens: 2}},
 	}
 	var lines [][]byte
 	for _, r := range recs {
@@ -96,6 +106,19 @@ func TestReceiptRoundTrip(t *testing.T) {
 			}
 		}
 	}
+	// An approved request's receipt names its approval; tampering with it
+	// (dropped) is refused, the untouched one verifies.
+	ra, err := MakeReceipt(j.raw, 15, j.pub)
+	if err != nil || ra.ApprovalID != "moatapr_000000000000000000000005" || ra.Request.Seq != 14 {
+		t.Fatalf("approved request's receipt: %+v %v", ra, err)
+	}
+	if err := VerifyReceipt(ra, j.raw, j.pub); err != nil {
+		t.Fatalf("approved request's receipt: %v", err)
+	}
+	ra.ApprovalID = ""
+	if err := VerifyReceipt(ra, j.raw, j.pub); !errors.Is(err, ErrReceiptMismatch) {
+		t.Fatalf("approval_id dropped: %v", err)
+	}
 	r, _ := MakeReceipt(j.raw, 5, j.pub)
 	if r.Target != "anthropic" || r.Name != "claude-sonnet-4-5" || r.Status != 200 || r.Usage == nil ||
 		*r.Usage != (Usage{InputTokens: 12, OutputTokens: 34}) || r.Request.SHA256 != strings.Repeat("1", 64) || r.Response.SHA256 != strings.Repeat("2", 64) {
@@ -103,7 +126,7 @@ func TestReceiptRoundTrip(t *testing.T) {
 	}
 	// Nothing to give a receipt for: a failed request, its pre-effect
 	// record, a process record, out of range.
-	for _, seq := range []int64{11, 10, 3, 1, 0, 12, -1} {
+	for _, seq := range []int64{11, 10, 3, 1, 0, 12, 13, 16, -1} {
 		if _, err := MakeReceipt(j.raw, seq, j.pub); !errors.Is(err, ErrReceiptNotCompleted) {
 			t.Errorf("MakeReceipt(%d) = %v, want ErrReceiptNotCompleted", seq, err)
 		}
