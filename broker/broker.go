@@ -125,6 +125,9 @@ type Config struct {
 	// sent. The handler's level chooses which are printed (moat:
 	// --log-level / MOAT_LOG); the journal has every request anyway.
 	Log *slog.Logger
+	// RunID and Sandbox (empty for moat run) name the run in the
+	// principal of a request held for approval (approval.go).
+	RunID, Sandbox string
 }
 
 // Broker is the inference broker of one run.
@@ -150,6 +153,8 @@ type Broker struct {
 	written     atomic.Int64 // bytes of the broker's journal lines, LF included
 
 	evictions atomic.Int64 // connections evicted so far (tests, benchmarks)
+
+	approvals *ApprovalDesk // nil: the policy holds no request (approval.go)
 
 	// Timeouts, from the constants; tests shorten them.
 	idleTimeout, readTimeout time.Duration
@@ -223,6 +228,9 @@ func New(cfg Config) (*Broker, error) {
 		}
 	}
 	b.shareAccount()
+	if len(cfg.Policy.Approvals.Rules) > 0 {
+		b.approvals = newApprovalDesk(b)
+	}
 	return b, nil
 }
 
@@ -663,6 +671,11 @@ func (b *Broker) handle(x *exchange, req *request) bool {
 	if !b.reserve() {
 		return b.refuse(x, refuse(ReasonAllowanceExhausted, 429,
 			"the run's request allowance (max_requests %d) is used up; no further model requests are possible in this run", b.maxReq))
+	}
+	if d := b.approvals; d != nil && b.cfg.Policy.Approvals.MatchInference(p.name, adm.Model, adm.MaxTokens) {
+		if fe := d.hold(x, policy.RoadInference, p.name, adm.Model, adm.Canonical); fe != nil {
+			return b.refuse(x, fe)
+		}
 	}
 	b.logDecision(x, slog.LevelDebug, decisionAdmitted, "", "")
 	return b.forward(x, req, adm, fwd)
