@@ -322,6 +322,28 @@
 // (Example_approvalRequested prints them in full, with the substitution
 // between them.)
 //
+// # Shared budgets
+//
+// A sandbox created with `moat sandbox create --parent` draws its
+// requests and output tokens from a ledger shared with its ancestors
+// (internal/ledger). The broker reserves one request and the request's
+// max_tokens against every account of the chain before the pre-effect
+// record, and writes one budget.updated before the request's
+// inference.completed or inference.failed:
+//
+//	budget.updated  accounts, charged_tokens, outcome, request_id, reserved_tokens
+//
+// outcome is "settled" (completed: charged_tokens is the provider's
+// reported usage.output_tokens, replacing the reservation) or "kept" (the
+// request failed after its reservation, so it may have been served:
+// charged_tokens is the reservation, kept as spent). accounts lists, the
+// sandbox's own first and then each ancestor's, {account, requests,
+// max_requests, tokens, max_tokens} after the charge (usage includes the
+// descendants'; a cap of 0 is none of its own). A request whose
+// reservation is never closed (the supervisor died) has no budget.updated
+// and stays charged in the ledger. Budget records count in no member of
+// run.terminated's counts.
+//
 // # Receipts
 //
 // A receipt proves that one request was made and answered. It is derived

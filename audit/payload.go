@@ -98,7 +98,8 @@ func knownRecord(r Record) bool {
 		ToolRequested, ToolCompleted, ToolRefused, ToolFailed, ToolServerConfirmed,
 		ServiceRequested, ServiceCompleted, ServiceRefused, ServiceFailed,
 		EgressOpened, EgressClosed, EgressRefused,
-		ApprovalRequested, ApprovalDecided, ApprovalSubstitution:
+		ApprovalRequested, ApprovalDecided, ApprovalSubstitution,
+		BudgetUpdated:
 		return true
 	}
 	return false

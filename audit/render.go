@@ -144,6 +144,8 @@ func Describe(r Record) string {
 		return describeEgress(r)
 	case ApprovalRequested, ApprovalDecided, ApprovalSubstitution:
 		return describeApproval(r)
+	case BudgetUpdated:
+		return describeBudget(r)
 	case RunTerminated:
 		c := r.Counts
 		s := fmt.Sprintf("reason=%s exit=%d requested=%d completed=%d refused=%d failed=%d processes=%d",
