@@ -277,6 +277,12 @@ func (b *Broker) serveTunnel(c net.Conn) {
 		b.refuseTunnel(t, *r, false)
 		return
 	}
+	if b.failed.Load() {
+		// The run's fatal event came while the ClientHello was awaited:
+		// no effect after it.
+		b.refuseTunnel(t, egressRefusal{reason: ReasonEgressRunFailed, msg: "the run was stopped after a fatal event; the tunnel is not opened"}, false)
+		return
+	}
 	c.SetReadDeadline(time.Time{})
 	b.relay(t, br, hello)
 }
@@ -410,6 +416,10 @@ func (b *Broker) relay(t *tunnel, br *bufio.Reader, hello []byte) {
 			slog.String("tunnel_id", t.id), slog.String("reason", reason), slog.String("host", rec.Host),
 			slog.Int64("bytes_to_host", up), slog.Int64("bytes_to_workload", down))
 	}
+	if b.failed.Load() { // a fatal event while the record was written
+		closed(CloseRunEnded, "the run was stopped after a fatal event; not dialled", 0, 0)
+		return
+	}
 	ctx, cancel := context.WithTimeout(b.ctx, netguard.DialTimeout)
 	up, err := e.guard.DialAddr(ctx, netip.AddrPortFrom(t.addr, uint16(t.req.port)))
 	cancel()
@@ -437,6 +447,10 @@ func (b *Broker) relay(t *tunnel, br *bufio.Reader, hello []byte) {
 	last.Store(time.Now().UnixNano())
 	count := func(n int, ctr *atomic.Int64) bool {
 		last.Store(time.Now().UnixNano())
+		if b.failed.Load() {
+			stopOnce(CloseRunEnded) // no byte after the run's fatal event
+			return false
+		}
 		if g.bytes.Add(int64(n)) > int64(g.MaxBytes) {
 			stopOnce(CloseByteBudget) // the chunk past the budget is not relayed
 			return false

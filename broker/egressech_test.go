@@ -1,13 +1,18 @@
 package broker
 
 import (
+	"bufio"
 	"crypto/ecdh"
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -72,5 +77,71 @@ func TestEgressECH(t *testing.T) {
 	}
 	if body, err := eh.get("example.com", "example.com", "/"); err != nil || body != "hello from example.com" {
 		t.Fatalf("control: %q, %v", body, err)
+	}
+}
+
+// TestEgressFatalBeforeDial: a tunnel admitted (answered 200) before the
+// run's fatal event is not dialled after it: the ClientHello that arrives
+// later is refused (run_failed) and never reaches the host, as a service
+// request journaled before a fatal event is not sent. Control: the same
+// tunnel before the fatal event gets through.
+func TestEgressFatalBeforeDial(t *testing.T) {
+	eh := newEgressHarness(t, []policy.EgressHost{{Host: "example.com"}}, nil)
+	if body, err := eh.get("example.com", "example.com", "/"); err != nil || body != "hello from example.com" {
+		t.Fatalf("control: %q, %v", body, err)
+	}
+	before := eh.accepted.Load()
+	c, _, resp := eh.connect(connectHead("example.com:" + strconv.Itoa(eh.port)))
+	if resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %d", resp.StatusCode)
+	}
+	eh.b.fatal(ReasonCredentialReflect, errors.New("test: a fatal event while the tunnel waits for its ClientHello"))
+	roots := eh.upstream.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
+	if err := tls.Client(c, &tls.Config{ServerName: "example.com", RootCAs: roots}).Handshake(); err == nil {
+		t.Errorf("the handshake through the tunnel succeeded after the fatal event")
+	}
+	rec := eh.waitRecord("egress.refused", 1)
+	if rec["reason"] != ReasonEgressRunFailed {
+		t.Errorf("record %v, want reason %s", rec, ReasonEgressRunFailed)
+	}
+	if n := eh.accepted.Load() - before; n != 0 {
+		t.Errorf("the host accepted %d connections after the fatal event", n)
+	}
+	if o := eh.records("egress.opened"); len(o) != 1 {
+		t.Errorf("%d tunnels opened, want the control's only", len(o))
+	}
+}
+
+// TestEgressFatalStopsRelay: bytes of an open tunnel that arrive after the
+// run's fatal event are not relayed (not only at the next tick of the
+// tunnel's clock, here an hour). Control: the same kept-alive TLS
+// connection's first request, before the event, is answered.
+func TestEgressFatalStopsRelay(t *testing.T) {
+	eh := newEgressHarness(t, []policy.EgressHost{{Host: "example.com"}}, func(_ *policy.Egress, e *Egress) { e.tick = time.Hour })
+	c, _, resp := eh.connect(connectHead("example.com:" + strconv.Itoa(eh.port)))
+	if resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %d", resp.StatusCode)
+	}
+	roots := eh.upstream.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
+	tc := tls.Client(c, &tls.Config{ServerName: "example.com", RootCAs: roots})
+	br := bufio.NewReader(tc)
+	get := func() (string, error) {
+		fmt.Fprintf(tc, "GET / HTTP/1.1\r\nHost: example.com\r\n\r\n")
+		r, err := http.ReadResponse(br, nil)
+		if err != nil {
+			return "", err
+		}
+		b, err := io.ReadAll(r.Body)
+		return string(b), err
+	}
+	if body, err := get(); err != nil || body != "hello from example.com" {
+		t.Fatalf("control: %q, %v", body, err)
+	}
+	eh.b.fatal(ReasonCredentialReflect, errors.New("test: a fatal event on an open tunnel"))
+	if body, err := get(); err == nil {
+		t.Errorf("a request after the fatal event was relayed: %q", body)
+	}
+	if rec := eh.waitRecord("egress.closed", 1); rec["reason"] != CloseRunEnded {
+		t.Errorf("closed %v, want reason %s", rec, CloseRunEnded)
 	}
 }
