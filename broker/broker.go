@@ -118,6 +118,10 @@ type Config struct {
 	// provider's ca_file, no proxy from the environment, plain http only to
 	// loopback addresses.
 	Upstream *http.Transport
+	// Budget, when set, is the ledger shared with a parent sandbox
+	// (budget.go): every inference request is reserved against it before
+	// its pre-effect record and settled or kept before its last record.
+	Budget Budget
 	// Log receives the broker's lines (one canonical line per decision,
 	// see the package doc); nil discards. Levels: Error for a fatal event
 	// (the run ends), Warn for each refused or failed request, Info for
@@ -554,6 +558,7 @@ type exchange struct {
 
 	att      audit.Attribution
 	attKnown bool // att was resolved (once: attribution)
+	budgeted bool // a Budget reservation is open (budget.go)
 }
 
 func (b *Broker) newExchange(w *conn) *exchange {

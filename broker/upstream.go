@@ -47,6 +47,9 @@ const (
 // be kept.
 func (b *Broker) forward(x *exchange, req *request, adm *wire.Request, fwd map[string]string) bool {
 	p := x.provider
+	if fe := b.reserveBudget(x, adm.MaxTokens); fe != nil {
+		return b.refuse(x, fe)
+	}
 	sum := sha256.Sum256(adm.Canonical)
 	rec := audit.InferenceRequested{
 		RequestID: x.id, Provider: p.name, API: x.api, Endpoint: x.endpoint, Model: adm.Model,
@@ -137,8 +140,10 @@ func (b *Broker) forward(x *exchange, req *request, adm *wire.Request, fwd map[s
 	// says why that is safe): the record is written in its place first,
 	// and the request is done only once it is durable.
 	rsum := sha256.Sum256(data)
+	u := usageOf(data)
+	b.closeBudget(x, &u)
 	_, wait, ok := b.appendAsync(audit.InferenceCompleted{RequestID: x.id, Status: resp.StatusCode,
-		ResponseSHA256: hex.EncodeToString(rsum[:]), ResponseBytes: int64(len(data)), Usage: usageOf(data)}, true)
+		ResponseSHA256: hex.EncodeToString(rsum[:]), ResponseBytes: int64(len(data)), Usage: u}, true)
 	if !ok {
 		return b.answerFailure(x, ReasonAuditFailure, 503, "the run's audit journal failed; the response is withheld and the run is ending")
 	}
@@ -269,6 +274,7 @@ func (b *Broker) stream(x *exchange, status int, hdr [][2]string, body io.Reader
 	if err := release(pending); err != nil {
 		return b.failStream(x, ReasonClientClosed, "the worker closed the connection mid-stream")
 	}
+	b.closeBudget(x, &usage.u)
 	_, wait, ok := b.appendAsync(audit.InferenceCompleted{RequestID: x.id, Status: status,
 		ResponseSHA256: hex.EncodeToString(sum.Sum(nil)), ResponseBytes: total, Usage: usage.u}, true)
 	if !ok {
@@ -306,6 +312,7 @@ func (b *Broker) failStream(x *exchange, reason Reason, msg string) bool {
 func (b *Broker) failStreamDetail(x *exchange, reason Reason, msg string) string {
 	detail := wire.BoundTo(failurePrefix(reason)+strings.ToValidUTF8(msg, "\uFFFD"), MaxDetailBytes)
 	b.logDecision(x, slog.LevelWarn, decisionFailed, reason, detail)
+	b.closeBudget(x, nil)
 	b.append(audit.InferenceFailed{RequestID: x.id, Reason: string(reason), Detail: detail})
 	return detail
 }
@@ -325,6 +332,7 @@ func (b *Broker) failRequest(x *exchange, reason Reason, status int, msg string)
 func (b *Broker) answerFailure(x *exchange, reason Reason, status int, msg string) bool {
 	x.status = status
 	detail := failurePrefix(reason) + msg
+	b.closeBudget(x, nil)
 	b.logDecision(x, slog.LevelWarn, decisionFailed, reason, detail)
 	writeError(x.w.bw, x.api, status, reason, detail, x.id)
 	return false
