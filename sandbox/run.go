@@ -166,10 +166,16 @@ func Run(ctx context.Context, o RunOptions) (int, error) {
 		s.Close(se.Code(), audit.ReasonTerminated)
 		return se.Code(), se
 	}
+	stopControl, err := s.serveRunControl()
+	if err != nil {
+		s.Close(ExitRefused, audit.ReasonFailed)
+		return ExitRefused, &RefusedError{Msg: err.Error()}
+	}
 	if o.OnJournal != nil {
 		o.OnJournal(filepath.Dir(s.w.JournalPath()))
 	}
 	code, reason, err := s.runMain(ctx, o, ri, sigs)
+	stopControl() // no decision after the run's end: Close refuses what is still held
 	s.Close(code, reason)
 	return code, err
 }

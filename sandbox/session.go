@@ -41,6 +41,9 @@ type SessionOptions struct {
 	// "" reads MOAT_LOG through Getenv, and if that is unset too, the
 	// default "refusals".
 	LogLevel string
+	// Sandbox is the sandbox's name (a supervisor's session), "" for
+	// moat run: the principal of a request held for approval names it.
+	Sandbox string
 	// Term is the TERM given to processes started with a terminal (Start
 	// with a tty), unless the policy's env sets TERM itself; "" gives
 	// them none. Processes without a terminal never get it from here.
@@ -104,6 +107,7 @@ type Session struct {
 	checks   []audit.Check
 	log      *slog.Logger // the broker's lines, to moat's stderr, at the chosen level
 	term     string       // TERM for processes started with a terminal
+	sandbox  string       // SessionOptions.Sandbox
 	nproc    atomic.Int64
 	fatal    chan Fatal
 
@@ -203,7 +207,7 @@ func Open(ctx context.Context, o SessionOptions) (*Session, error) {
 	}
 	fmt.Fprintf(stderr, "moat: run %s: journal %s (key fingerprint %s; pin it: moat audit verify %s --key-fingerprint %s)\n", runID, w.JournalPath(), w.KeyID(), runDir, w.KeyID())
 	s := &Session{RunID: runID, Backend: be.Name(), pol: pol, w: w, fatal: make(chan Fatal, 1), binary: binary, reaperc: reaperc,
-		running: map[string]boundary.Running{}, oomAtStart: map[string]uint64{}}
+		running: map[string]boundary.Running{}, oomAtStart: map[string]uint64{}, sandbox: o.Sandbox}
 	if validTerm(o.Term) {
 		s.term = o.Term
 	}
@@ -462,6 +466,8 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[strin
 		AttributionUnavailable: sb.Mechanisms().AttributionUnavailable,
 		Credentials:            creds,
 		Log:                    s.log,
+		RunID:                  s.RunID,
+		Sandbox:                s.sandbox,
 		OnFatal: func(reason string, err error) {
 			select {
 			case s.fatal <- Fatal{Reason: reason, Msg: err.Error()}:

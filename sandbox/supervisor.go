@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/broker"
 	"github.com/moat-sandbox/moat/internal/reexec"
 )
 
@@ -68,7 +70,7 @@ func SupervisorMain(args []string) int {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	sess, err := Open(ctx, SessionOptions{Policy: pol, Backend: backend, Stderr: os.Stderr})
+	sess, err := Open(ctx, SessionOptions{Policy: pol, Backend: backend, Stderr: os.Stderr, Sandbox: name})
 	if err != nil {
 		return fail(err)
 	}
@@ -193,6 +195,9 @@ func (sv *supervisor) handle(ctx context.Context, c *net.UnixConn) {
 		return
 	}
 	switch req.Op {
+	case broker.ApprovalOpList, broker.ApprovalOpShow, broker.ApprovalOpApprove, broker.ApprovalOpDeny:
+		ident, _ := peerIdent(c) // serve checked the peer (sameUser)
+		writeReply(c, approvalDo(sv.sess.brk.Approvals(), bytes.TrimSuffix(buf[:n], []byte("\n")), ident))
 	case "status":
 		reply(c, statusReply{AllowanceUsed: sv.sess.Counts().Requested, Processes: sv.sess.Processes()})
 	case "delete":

@@ -59,6 +59,13 @@ var wantOutput = map[string][]string{
 	// receipts (issue 14 item 3)
 	"moat audit receipt":        {"json", "yaml"},
 	"moat audit verify-receipt": {"json", "yaml"},
+
+	// approvals (issue 14 item 1)
+	"moat approvals":         nil,
+	"moat approvals list":    {"json", "yaml"},
+	"moat approvals show":    {"json", "yaml"},
+	"moat approvals approve": {"json", "yaml"},
+	"moat approvals deny":    {"json", "yaml"},
 }
 
 func TestEveryCommandHasExampleAndOutputFormats(t *testing.T) {
