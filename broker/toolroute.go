@@ -25,10 +25,21 @@ type accountedTools interface {
 	UseAccount(appendRec func(audit.Record) ([]byte, bool), refusal func() (n, limit int64))
 }
 
-// shareAccount gives Config.Tools the run's accounting when it takes it.
+// runStateTools is a tool gateway that shares the run's fatal event with
+// the broker both ways (broker/tools.Handler): no road goes on after
+// another's fatal event.
+type runStateTools interface {
+	UseRunState(failed func() error, fatal func(reason string, err error))
+}
+
+// shareAccount gives Config.Tools the run's accounting and state when it
+// takes them.
 func (b *Broker) shareAccount() {
 	if t, ok := b.cfg.Tools.(accountedTools); ok {
 		t.UseAccount(b.append, b.countRefusal)
+	}
+	if t, ok := b.cfg.Tools.(runStateTools); ok {
+		t.UseRunState(b.Failed, func(reason string, err error) { b.fatal(Reason(reason), err) })
 	}
 }
 

@@ -82,6 +82,9 @@ type Handler struct {
 	acctRefusal func() (n, limit int64)
 	fatalMu     sync.Mutex
 	fatalErr    error // guarded by fatalMu
+	// The run's state, when the broker shares it (UseRunState).
+	runFailed func() error
+	runFatal  func(reason string, err error)
 }
 
 type server struct {
@@ -146,6 +149,9 @@ func (h *Handler) fatal(reason string, err error) {
 	h.fatalMu.Unlock()
 	if first {
 		h.log.Error("moat.tools fatal", "reason", reason, "error", err.Error())
+		if h.runFatal != nil {
+			h.runFatal(reason, err)
+		}
 		if h.cfg.OnFatal != nil {
 			h.cfg.OnFatal(reason, err)
 		}
@@ -167,6 +173,16 @@ func (h *Handler) append(rec audit.Record) bool {
 // handler journals to Config.Journal and counts its own refusals.
 func (h *Handler) UseAccount(appendRec func(audit.Record) ([]byte, bool), refusal func() (n, limit int64)) {
 	h.acctAppend, h.acctRefusal = appendRec, refusal
+}
+
+// UseRunState ties the gateway to the rest of the run (package broker
+// calls it from New, before serving): failed reports the run's fatal
+// event on another road (the broker's), after which no tool call is
+// made; fatal is told the gateway's own fatal event, so that the broker's
+// roads stop too. Both are needed: otherwise each road stopped only
+// itself, and the others went on until the run was torn down.
+func (h *Handler) UseRunState(failed func() error, fatal func(reason string, err error)) {
+	h.runFailed, h.runFatal = failed, fatal
 }
 
 // appendLine writes rec and returns its durable line.
@@ -358,6 +374,13 @@ func (h *Handler) ready(s *server, method string) *Refusal {
 		r := refused(ReasonRunFailed, CodeRefused, "the run was stopped after a fatal event (%v); no further tool calls are possible", h.Failed())
 		r.Method = method
 		return r
+	}
+	if h.runFailed != nil {
+		if err := h.runFailed(); err != nil {
+			r := refused(ReasonRunFailed, CodeRefused, "the run was stopped after a fatal event (%v); no further tool calls are possible", err)
+			r.Method = method
+			return r
+		}
 	}
 	if s.up == nil {
 		r := refused(ReasonServerError, CodeRefused, "tool server %q is not running", s.entry.Name)

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -511,5 +512,44 @@ func TestErrorReflection(t *testing.T) {
 	}
 	if strings.Contains(string(mustRead(t, f.w.JournalPath())), testSecret) {
 		t.Error("the journal holds the credential")
+	}
+}
+
+// TestRunFailedElsewhere: once the run failed on another road (the
+// broker's fatal event, told through UseRunState), no tool call is made,
+// and a fatal event of the gateway is passed to the run. Control: before
+// it, the same call reaches the server.
+func TestRunFailedElsewhere(t *testing.T) {
+	f := newFixture(t, calcEntry())
+	var runErr atomic.Pointer[error]
+	var told []string
+	f.h.UseRunState(func() error {
+		if p := runErr.Load(); p != nil {
+			return *p
+		}
+		return nil
+	}, func(reason string, _ error) { told = append(told, reason) })
+	cs := f.client(t)
+	ctx := context.Background()
+	add := &sdk.CallToolParams{Name: "add", Arguments: map[string]any{"a": 1, "b": 1}}
+	if _, err := cs.CallTool(ctx, add); err != nil {
+		t.Fatalf("control: %v", err)
+	}
+	e := errors.New("credential_reflected: an inference answer carried the credential")
+	runErr.Store(&e)
+	if _, err := cs.CallTool(ctx, add); err == nil || !strings.Contains(err.Error(), "stopped after a fatal event") {
+		t.Errorf("after the run's fatal event: got %v", err)
+	}
+	if n := len(f.obs.seen()); n != 1 {
+		t.Errorf("the server saw %d calls, want the control's only", n)
+	}
+	// The gateway's own fatal event reaches the run.
+	g := newFixture(t, calcEntry())
+	g.h.UseRunState(func() error { return nil }, func(reason string, _ error) { told = append(told, reason) })
+	if _, err := g.client(t).CallTool(ctx, &sdk.CallToolParams{Name: "leak"}); err == nil {
+		t.Error("leak was not withheld")
+	}
+	if strings.Join(told, ",") != ReasonReflected {
+		t.Errorf("told the run %q, want %s", told, ReasonReflected)
 	}
 }
