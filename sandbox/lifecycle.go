@@ -38,6 +38,12 @@ type CreateOptions struct {
 	// AuditDir, when set, replaces the policy's audit.dir (as moat run
 	// --audit-dir does); it must be absolute.
 	AuditDir string
+	// Parent, when set, names the sandbox whose budget this one draws
+	// on (its requests and output tokens are charged to the parent and
+	// every ancestor too); MaxTokens caps the sandbox's own output
+	// tokens (0: no cap of its own). See budget.go.
+	Parent    string
+	MaxTokens int64
 }
 
 // Create starts a per-sandbox supervisor that outlives this process and
@@ -57,6 +63,13 @@ func Create(ctx context.Context, o CreateOptions) (*State, error) {
 	unlock, err := st.lock()
 	if err != nil {
 		return nil, err
+	}
+	var ledgerDir string
+	if o.Parent != "" {
+		if ledgerDir, err = parentLedger(st, o.Parent); err != nil {
+			unlock()
+			return nil, err
+		}
 	}
 	dir := st.sandboxDir(o.Name)
 	if err := os.Mkdir(dir, 0o700); err != nil {
@@ -81,7 +94,7 @@ func Create(ctx context.Context, o CreateOptions) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe, SupervisorHelper, o.Name, pp, o.Backend, st.dir, o.AuditDir)
+	cmd := exec.Command(exe, append([]string{SupervisorHelper, o.Name, pp, o.Backend, st.dir, o.AuditDir}, budgetArgs(ledgerDir, o.Parent, o.MaxTokens)...)...)
 	cmd.Stdin = nil
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.ExtraFiles = []*os.File{pw}

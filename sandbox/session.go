@@ -44,6 +44,9 @@ type SessionOptions struct {
 	// Sandbox is the sandbox's name (a supervisor's session), "" for
 	// moat run: the principal of a request held for approval names it.
 	Sandbox string
+	// Budget, when set, is the shared budget ledger account the broker
+	// charges (a sandbox's; budget.go).
+	Budget broker.Budget
 	// Term is the TERM given to processes started with a terminal (Start
 	// with a tty), unless the policy's env sets TERM itself; "" gives
 	// them none. Processes without a terminal never get it from here.
@@ -110,6 +113,8 @@ type Session struct {
 	sandbox  string       // SessionOptions.Sandbox
 	nproc    atomic.Int64
 	fatal    chan Fatal
+
+	budget broker.Budget // SessionOptions.Budget
 
 	// binary delivers the moat binary's sha256 for run.started: it is
 	// hashed while the sandbox is prepared and measured (about 10 ms for
@@ -211,6 +216,7 @@ func Open(ctx context.Context, o SessionOptions) (*Session, error) {
 	if validTerm(o.Term) {
 		s.term = o.Term
 	}
+	s.budget = o.Budget
 	s.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	if err := s.open(ctx, be, creds, o.Explain, stderr); err != nil {
 		var sig *SignalError
@@ -466,6 +472,7 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[strin
 		AttributionUnavailable: sb.Mechanisms().AttributionUnavailable,
 		Credentials:            creds,
 		Log:                    s.log,
+		Budget:                 s.budget,
 		RunID:                  s.RunID,
 		Sandbox:                s.sandbox,
 		OnFatal: func(reason string, err error) {

@@ -78,6 +78,10 @@ type State struct {
 	HostPID         int                 `json:"host_pid,omitempty"`
 	BrokerPort      int                 `json:"broker_port,omitempty"`
 	Staging         string              `json:"staging,omitempty"` // the backend staging dir, removed by delete
+	// Parent is the sandbox whose budget this one draws on (--parent);
+	// Ledger the directory of the budget ledger it is charged in.
+	Parent string `json:"parent,omitempty"`
+	Ledger string `json:"ledger,omitempty"`
 	// Live fields, filled by get from the supervisor.
 	AllowanceUsed int            `json:"allowance_used"`
 	AllowanceMax  int            `json:"allowance_max"`

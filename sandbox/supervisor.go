@@ -25,15 +25,16 @@ import (
 const SupervisorHelper = reexec.Prefix + "supervisor"
 
 // SupervisorMain is the per-sandbox supervisor: `moat __moat-supervisor
-// NAME POLICY BACKEND STATEDIR AUDITDIR` (AUDITDIR "" for the policy's), started detached by Create with a report
+// NAME POLICY BACKEND STATEDIR AUDITDIR LEDGERDIR PARENT MAXTOKENS` (AUDITDIR "" for the policy's; the last three: budget.go), started detached by Create with a report
 // pipe on fd 3. It owns the namespaces, the broker, the journal and its
 // key, and serves the control socket until the sandbox is deleted.
 func SupervisorMain(args []string) int {
-	if len(args) != 5 {
-		fmt.Fprintln(os.Stderr, "moat: supervisor: usage: NAME POLICY BACKEND STATEDIR AUDITDIR")
+	if len(args) != 8 {
+		fmt.Fprintln(os.Stderr, "moat: supervisor: usage: NAME POLICY BACKEND STATEDIR AUDITDIR LEDGERDIR PARENT MAXTOKENS")
 		return ExitRefused
 	}
 	name, policyPath, backend, storeDir, auditDir := args[0], args[1], args[2], args[3], args[4]
+	ledgerDir, parent, maxTokens := args[5], args[6], args[7]
 	report := os.NewFile(3, "report")
 	st := &store{dir: storeDir}
 	dir := st.sandboxDir(name)
@@ -65,12 +66,18 @@ func SupervisorMain(args []string) int {
 		state.Backend = backend
 	}
 	state.AllowanceMax = pol.Inference.MaxRequests
+	budget, budgetLedger, err := openBudget(dir, name, ledgerDir, parent, pol.Inference.MaxRequests, maxTokens)
+	if err != nil {
+		return fail(err)
+	}
+	defer budgetLedger.Retire(name)
+	state.Parent, state.Ledger = parent, budgetLedger.Dir()
 	state.Phase = boundary.PhaseConfirming
 	writeState(dir, state)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	sess, err := Open(ctx, SessionOptions{Policy: pol, Backend: backend, Stderr: os.Stderr, Sandbox: name})
+	sess, err := Open(ctx, SessionOptions{Policy: pol, Backend: backend, Stderr: os.Stderr, Sandbox: name, Budget: budget})
 	if err != nil {
 		return fail(err)
 	}

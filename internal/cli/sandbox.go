@@ -50,17 +50,31 @@ $XDG_STATE_HOME/moat for users.`,
 func sandboxErr(err error) error { return exitf(ExitRefused, "%v", err) }
 
 func newSandboxCreateCmd() *cobra.Command {
-	var name, pol, backend, auditDir string
+	var name, pol, backend, auditDir, parent string
+	var maxTokens int64
 	var output *outputFlag
 	cmd := &cobra.Command{
-		Use:   "create NAME --policy F [--backend B] [--audit-dir D] [-o json|yaml]",
+		Use:   "create NAME --policy F [--backend B] [--audit-dir D] [--parent P] [--max-tokens N] [-o json|yaml]",
 		Short: "Create a sandbox and return once it is Ready (or failed, with the reason)",
 		Long: `Create a sandbox named NAME (1-63 characters of a-z, 0-9, '.', '_', '-')
 from the policy F, and return once it is Ready, or with exit 125 and the
 reason. --name N is accepted in place of NAME. The journal goes to the
-policy's audit.dir, or to --audit-dir D.`,
+policy's audit.dir, or to --audit-dir D.
+
+Budgets: every sandbox has an account in a budget ledger, capped by its
+policy's inference.max_requests and by --max-tokens N output tokens (0,
+the default: no token cap of its own). With --parent P the sandbox is a
+child of the Ready sandbox P: each of its model requests is also charged
+to P and to P's ancestors, reserved (one request and its max_tokens)
+atomically against every one of them before it leaves and settled with
+the provider's reported output tokens, so children running at the same
+time can never spend more than P's budget together. A request whose
+outcome is uncertain (the provider failed after the send, a timeout, a
+crash) stays charged in full.`,
 		Example: `  moat sandbox create agent1 --policy examples/minimal.yaml
-  moat sandbox create agent1 --policy examples/agent-workspace.yaml --audit-dir /var/tmp/moat-runs -o json`,
+  moat sandbox create agent1 --policy examples/agent-workspace.yaml --audit-dir /var/tmp/moat-runs -o json
+  moat sandbox create lead --policy team.yaml --max-tokens 200000
+  moat sandbox create worker1 --policy worker.yaml --parent lead`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
@@ -88,7 +102,11 @@ policy's audit.dir, or to --audit-dir D.`,
 			if auditDir != "" {
 				auditDir = p.Audit.Dir // absolute
 			}
-			st, err := sandbox.Create(context.Background(), sandbox.CreateOptions{Name: name, PolicyPath: pol, Backend: backend, AuditDir: auditDir})
+			if maxTokens < 0 {
+				return exitf(ExitRefused, "refused: --max-tokens %d: want a count of output tokens, 0 for no cap of the sandbox's own", maxTokens)
+			}
+			st, err := sandbox.Create(context.Background(), sandbox.CreateOptions{Name: name, PolicyPath: pol, Backend: backend, AuditDir: auditDir,
+				Parent: parent, MaxTokens: maxTokens})
 			if err != nil {
 				return sandboxErr(fmt.Errorf("sandbox %s: %w", name, err))
 			}
@@ -99,6 +117,8 @@ policy's audit.dir, or to --audit-dir D.`,
 	cmd.Flags().StringVar(&pol, "policy", "", "policy file")
 	cmd.Flags().StringVar(&backend, "backend", "", "backend (overrides the policy's; never falls back)")
 	cmd.Flags().StringVar(&auditDir, "audit-dir", "", "directory for the sandbox's journal (overrides the policy's audit.dir; must lie outside every grant)")
+	cmd.Flags().StringVar(&parent, "parent", "", "a Ready sandbox whose budget this one draws on: its requests and output tokens are charged to the parent and every ancestor too")
+	cmd.Flags().Int64Var(&maxTokens, "max-tokens", 0, "cap on this sandbox's output tokens (its children's included); 0: no cap of its own")
 	output = addOutput(cmd)
 	return cmd
 }

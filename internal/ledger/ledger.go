@@ -352,3 +352,28 @@ func (l *Ledger) Snapshot() (*State, error) {
 	err := l.update(func(st *State) error { out = st; return nil })
 	return out, err
 }
+
+// Retire removes an account whose sandbox is gone, so that its name can
+// be used again. What it spent stays counted in its ancestors; its open
+// reservations stay charged (they are kept, under no account's name but
+// still in the ancestors' usage). An account that is the parent of
+// another is not removed (its children still draw through it).
+func (l *Ledger) Retire(name string) error {
+	return l.update(func(st *State) error {
+		if _, ok := st.Accounts[name]; !ok {
+			return nil
+		}
+		for _, a := range st.Accounts {
+			if a.Parent == name {
+				return nil
+			}
+		}
+		for id, r := range st.Reservations {
+			if r.Account == name {
+				delete(st.Reservations, id)
+			}
+		}
+		delete(st.Accounts, name)
+		return nil
+	})
+}

@@ -295,3 +295,31 @@ func TestDamagedLedger(t *testing.T) {
 		t.Fatal("a damaged ledger admitted a request")
 	}
 }
+
+func TestRetire(t *testing.T) {
+	l := newLedger(t)
+	l.AddAccount("p", "", 0, 100)
+	l.AddAccount("c", "p", 0, 0)
+	l.AddAccount("g", "c", 0, 0)
+	l.Reserve("r1", "g", 30)
+	if err := l.Retire("c"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := l.Snapshot(); st.Accounts["c"] == nil {
+		t.Fatal("a parent was retired while its child lives")
+	}
+	if err := l.Retire("g"); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := l.Snapshot()
+	if st.Accounts["g"] != nil || st.Accounts["p"].Tokens != 30 || len(st.Reservations) != 0 {
+		t.Fatalf("after retiring g: %+v %+v", st.Accounts, st.Reservations)
+	}
+	// The name can be used again; what g spent still counts.
+	if err := l.AddAccount("g", "c", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Reserve("r2", "g", 71); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("the retired account's charge was returned: %v", err)
+	}
+}
