@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/moat-sandbox/moat/audit"
@@ -215,5 +216,62 @@ func TestBudgetUncertainKept(t *testing.T) {
 	}
 	if kept != 1 {
 		t.Errorf("%d kept budget.updated records, want 1", kept)
+	}
+}
+
+// TestBudgetSupervisorKilledKeepsCharge: a child's supervisor SIGKILLed
+// while its request is at the provider leaves the reservation charged
+// to the parent; the child's name can be used again, and the charge
+// still counts: of 130 tokens, 64 are gone, so one more request of 64
+// fits (control) and the next does not.
+func TestBudgetSupervisorKilledKeepsCharge(t *testing.T) {
+	e := newEnv(t)
+	p, err := fakeprovider.Start(fakeprovider.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	p.SetRespond(func(w http.ResponseWriter, r *http.Request, body []byte) {
+		<-release
+		fakeprovider.Respond(w, r, body)
+	})
+	if r := e.sandboxCmd("sandbox", "create", "lead3", "--policy", e.budgetPolicy("lead3", p, 64), "--max-tokens", "130"); r.code != 0 {
+		t.Fatalf("create: %s", r)
+	}
+	t.Cleanup(func() { e.moat("sandbox", "delete", "lead3", "--ignore-not-found") })
+	if r := e.sandboxCmd("sandbox", "create", "k1", "--policy", e.budgetPolicy("k1", p, 64), "--parent", "lead3"); r.code != 0 {
+		t.Fatalf("create child: %s", r)
+	}
+	t.Cleanup(func() { e.moat("sandbox", "delete", "k1", "--ignore-not-found") })
+	s, _ := e.get("k1")
+	cmd := e.command("sandbox", "exec", "k1", "--", e.probe, helperArg, "sdk-anthropic=claude-e2e")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the request at the provider", 30*e2eSecond, func() bool { return p.Count() == 1 })
+	if err := syscall.Kill(s.SupervisorPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	free()
+	if st := e.ledgerOf("lead3"); st.Accounts["lead3"].Tokens != 64 || len(st.Reservations) != 1 {
+		t.Fatalf("after the supervisor was killed: %+v, %d open", st.Accounts["lead3"], len(st.Reservations))
+	}
+	if r := e.moat("sandbox", "delete", "k1"); r.code != 0 {
+		t.Fatalf("delete the killed child: %s", r)
+	}
+	if r := e.sandboxCmd("sandbox", "create", "k1", "--policy", e.budgetPolicy("k1b", p, 64), "--parent", "lead3"); r.code != 0 {
+		t.Fatalf("create the child again: %s", r)
+	}
+	if st := e.ledgerOf("lead3"); st.Accounts["lead3"].Tokens != 64 || st.Accounts["k1"].Tokens != 0 {
+		t.Fatalf("after the child was made again: %+v", st.Accounts)
+	}
+	r := e.moat("sandbox", "exec", "k1", "--", e.probe, helperArg, "sdk-anthropic=claude-e2e", "sdk-anthropic=claude-e2e")
+	if got := strings.Count(r.stdout, " ok"); got != 1 || !strings.Contains(r.stdout, "the shared budget cannot cover this request") || p.Count() != 2 {
+		t.Fatalf("after the kept charge: %d served, provider %d\n%s", got, p.Count(), r)
 	}
 }

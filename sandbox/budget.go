@@ -64,6 +64,14 @@ func openBudget(dir, name, ledgerDir, parent string, maxRequests int, maxTokens 
 	if err != nil {
 		return nil, nil, fmt.Errorf("budget: %w", err)
 	}
+	// An account of this name is left by a supervisor that was killed
+	// (it retires its account when it ends): the name is unique in the
+	// state directory (Create made the sandbox's directory), so that
+	// account is stale. Retiring it keeps what it spent, and its open
+	// reservations, charged to the ancestors.
+	if err := l.Retire(name); err != nil {
+		return nil, nil, fmt.Errorf("budget: %w", err)
+	}
 	if err := l.AddAccount(name, parent, int64(maxRequests), mt); err != nil {
 		return nil, nil, fmt.Errorf("budget: %w", err)
 	}
