@@ -293,8 +293,13 @@
 // inference.requested or inference.refused carries the same). road is
 // inference, tool or service; target the provider, server or service;
 // name the model, tool or path. request_sha256 and request_bytes cover
-// the exact canonical request bytes that leave if it is approved (for
-// inference, the body_sha256 of its inference.requested). principal is
+// the exact canonical request bytes that leave if it is approved: for
+// inference the body (its inference.requested's body_sha256), for a tool
+// call the canonical arguments (tool.requested's arguments_sha256), for
+// a service the method, a space, the path (with "?" and the query when
+// there is one), an LF, "headers_sha256: " and service.requested's
+// headers_sha256, two LFs and the body (broker.ServiceApprovalBytes).
+// request_id is the tool call's call_id on the tool road. principal is
 // {"attribution":…,"run":…,"sandbox":…}: the run id, the sandbox's name
 // (absent for moat run) and the process that made the request.
 // timeout_ms is how long it is held at most. approval.requested is

@@ -15,8 +15,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/broker/wire"
 	"github.com/moat-sandbox/moat/internal/strictjson"
+	"github.com/moat-sandbox/moat/policy"
 )
 
 // Approvals (policy approvals, issue 14 item 1). A request that matches
@@ -189,6 +191,9 @@ type verdict struct {
 }
 
 func newApprovalDesk(b *Broker) *ApprovalDesk {
+	if t, ok := b.cfg.Tools.(approvalTools); ok {
+		t.UseApprovals(b.holdTool)
+	}
 	return &ApprovalDesk{b: b, run: b.cfg.RunID, sandbox: b.cfg.Sandbox, wait: b.cfg.Policy.Approvals.Wait(),
 		pending: map[string]*held{}, decided: map[string]string{}}
 }
@@ -207,17 +212,77 @@ func newApprovalID() string {
 // It returns nil when the request may leave (approved, and body still
 // the approved bytes), else the refusal to answer.
 func (d *ApprovalDesk) hold(x *exchange, road, target, name string, body []byte) *frontError {
+	return d.holdFor(x.id, d.b.attribution(x), road, target, name, body, nil)
+}
+
+// approvalTools is a tool gateway that holds calls for approval
+// (broker/tools.Handler): hold returns "" when the call may go, else the
+// refusal's reason and message.
+type approvalTools interface {
+	UseApprovals(hold func(ctx context.Context, callID, server, tool string, args []byte) (reason, msg string))
+}
+
+// holdTool holds a tool call that matches a rule of road tool; the
+// digest covers the canonical arguments (tool.requested's
+// arguments_sha256).
+func (b *Broker) holdTool(ctx context.Context, callID, server, tool string, args []byte) (reason, msg string) {
+	d := b.approvals
+	if d == nil || !b.cfg.Policy.Approvals.MatchTool(server, tool, len(args)) {
+		return "", ""
+	}
+	att, ok := AttributionFrom(ctx)
+	if !ok {
+		att = audit.Attribution{Status: boundary.AttributionUnavailable, Reason: "no attribution"}
+	}
+	if fe := d.holdFor(callID, att, policy.RoadTool, server, tool, args, nil); fe != nil {
+		return string(fe.Code), fe.Msg
+	}
+	return "", ""
+}
+
+// ServiceApprovalBytes are the bytes an approval of a service request
+// covers, and show prints: the method, a space, the path (and "?" and
+// the query when there is one), an LF, "headers_sha256: " and the
+// service.requested record's headers_sha256, two LFs, and the exact body
+// sent. Its digest binds the approval to everything the workload chose.
+func ServiceApprovalBytes(method, path, query, headersSHA256 string, body []byte) []byte {
+	target := path
+	if query != "" {
+		target += "?" + query
+	}
+	out := make([]byte, 0, len(method)+len(target)+len(headersSHA256)+len(body)+24)
+	out = fmt.Appendf(out, "%s %s\nheaders_sha256: %s\n\n", method, target, headersSHA256)
+	return append(out, body...)
+}
+
+// holdService holds a request to a brokered service that matches a rule
+// of road service, and checks once approved that what is sent is still
+// what was approved.
+func (b *Broker) holdService(x *exchange, service, method, path, query, headersSHA256 string, body []byte) *frontError {
+	d := b.approvals
+	if d == nil || !b.cfg.Policy.Approvals.MatchService(service, len(body)) {
+		return nil
+	}
+	leaving := func() []byte { return ServiceApprovalBytes(method, path, query, headersSHA256, body) }
+	return d.holdFor(x.id, b.attribution(x), policy.RoadService, service, method+" "+path, leaving(), leaving)
+}
+
+// holdFor holds the request requestID of the process att.
+// body is what the approval covers; leaving, when set, makes it again
+// from what is about to be sent, after the decision (else body itself is
+// checked again).
+func (d *ApprovalDesk) holdFor(requestID string, att audit.Attribution, road, target, name string, body []byte, leaving func() []byte) *frontError {
 	b := d.b
 	sum := sha256.Sum256(body)
 	now := time.Now()
 	h := &held{body: body, done: make(chan verdict, 1), info: HeldRequest{
-		ID: newApprovalID(), RequestID: x.id, Road: road, Target: target, Name: name,
+		ID: newApprovalID(), RequestID: requestID, Road: road, Target: target, Name: name,
 		RequestSHA256: hex.EncodeToString(sum[:]), RequestBytes: int64(len(body)),
-		Principal: audit.Principal{Run: d.run, Sandbox: d.sandbox, Attribution: b.attribution(x)},
+		Principal: audit.Principal{Run: d.run, Sandbox: d.sandbox, Attribution: att},
 		Held:      now.UTC(), Expires: now.Add(d.wait).UTC(),
 	}}
 	h.info.PrincipalLine = h.info.Principal.String()
-	if _, ok := b.append(audit.ApprovalRequested{ApprovalID: h.info.ID, RequestID: x.id, Road: road, Target: target, Name: name,
+	if _, ok := b.append(audit.ApprovalRequested{ApprovalID: h.info.ID, RequestID: requestID, Road: road, Target: target, Name: name,
 		RequestSHA256: h.info.RequestSHA256, RequestBytes: h.info.RequestBytes, Principal: h.info.Principal, TimeoutMS: d.wait.Milliseconds()}); !ok {
 		return refuse(ReasonAuditFailure, 503, "the run's audit journal failed, so this request was not held for approval and not sent")
 	}
@@ -227,7 +292,7 @@ func (d *ApprovalDesk) hold(x *exchange, road, target, name string, body []byte)
 	// The operator must learn that a request waits: Warn, printed at the
 	// default level.
 	b.log.LogAttrs(context.Background(), slog.LevelWarn, "moat.approval held",
-		slog.String("approval_id", h.info.ID), slog.String("request_id", x.id), slog.String("road", road),
+		slog.String("approval_id", h.info.ID), slog.String("request_id", requestID), slog.String("road", road),
 		slog.String("target", target), slog.String("name", name), slog.String("request_sha256", h.info.RequestSHA256),
 		slog.String("principal", h.info.PrincipalLine), slog.String("expires", h.info.Expires.Format(time.RFC3339)))
 	timer := time.NewTimer(d.wait)
@@ -252,6 +317,9 @@ func (d *ApprovalDesk) hold(x *exchange, road, target, name string, body []byte)
 		return refuse(ReasonRunFailed, 503, "the run ended while this request was held for approval (approval %s); it was not sent", h.info.ID)
 	}
 	// The approved bytes are the bytes that leave.
+	if leaving != nil {
+		body = leaving()
+	}
 	if now := sha256.Sum256(body); hex.EncodeToString(now[:]) != h.info.RequestSHA256 {
 		got := hex.EncodeToString(now[:])
 		b.append(audit.ApprovalSubstitution{ApprovalID: h.info.ID, Reason: audit.SubstitutionBytes, RequestSHA256: h.info.RequestSHA256,

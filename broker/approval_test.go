@@ -286,12 +286,14 @@ func TestApprovalClose(t *testing.T) {
 	res := make(chan []byte, 1)
 	go func() { b, _ := io.ReadAll(c); res <- b }()
 	waitHeld(t, d, 1)
-	go h.b.Close()
+	closed := make(chan struct{})
+	go func() { h.b.Close(); close(closed) }()
 	select {
-	case <-res:
+	case <-closed:
 	case <-time.After(10 * time.Second):
-		t.Fatal("held request not ended by Close")
+		t.Fatal("Close did not end the held request")
 	}
+	<-res
 	if dec := h.records(audit.TypeApprovalDecided); len(dec) != 1 || dec[0]["decision"] != audit.ApprovalCancelled {
 		t.Errorf("approval.decided: %v", dec)
 	}

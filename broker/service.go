@@ -385,6 +385,9 @@ func (b *Broker) serveService(x *exchange, req *request) bool {
 		return b.refuseService(x, name, req.method, refuse(ReasonAllowanceExhausted, 429,
 			"service %q's allowance (max_requests %d) is used up for this run", name, sv.MaxRequests))
 	}
+	if fe := b.holdService(x, name, req.method, rest, req.query, hdrSum, body); fe != nil {
+		return b.refuseService(x, name, req.method, fe)
+	}
 	b.logDecision(x, slog.LevelDebug, decisionAdmitted, "", "")
 	line, ok := b.appendStart(rec)
 	if !ok {

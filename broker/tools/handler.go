@@ -85,6 +85,9 @@ type Handler struct {
 	// The run's state, when the broker shares it (UseRunState).
 	runFailed func() error
 	runFatal  func(reason string, err error)
+	// hold, when set (UseApprovals), holds a call for an operator's
+	// approval before its pre-effect record.
+	hold func(ctx context.Context, callID, server, tool string, args []byte) (reason, msg string)
 }
 
 type server struct {
@@ -183,6 +186,14 @@ func (h *Handler) UseAccount(appendRec func(audit.Record) ([]byte, bool), refusa
 // itself, and the others went on until the run was torn down.
 func (h *Handler) UseRunState(failed func() error, fatal func(reason string, err error)) {
 	h.runFailed, h.runFatal = failed, fatal
+}
+
+// UseApprovals makes the handler hold calls for approval (package broker
+// calls it from New, before serving, when the policy has approval
+// rules): hold blocks until the call is decided and returns "" when it
+// may be made, else the refusal's reason and message (without prefix).
+func (h *Handler) UseApprovals(hold func(ctx context.Context, callID, server, tool string, args []byte) (reason, msg string)) {
+	h.hold = hold
 }
 
 // appendLine writes rec and returns its durable line.
@@ -413,6 +424,14 @@ func (h *Handler) call(w http.ResponseWriter, r *http.Request, s *server, m *Mes
 		rf.Method, rf.Tool = MethodToolsCall, c.Tool
 		h.refuse(w, r, http.StatusOK, m.ID, id, name, rf)
 		return
+	}
+	if h.hold != nil {
+		if reason, msg := h.hold(r.Context(), id, name, c.Tool, c.Arguments); reason != "" {
+			rf := refused(reason, CodeRefused, "%s", msg)
+			rf.Method, rf.Tool = MethodToolsCall, c.Tool
+			h.refuse(w, r, http.StatusOK, m.ID, id, name, rf)
+			return
+		}
 	}
 	sum := sha256.Sum256(c.Arguments)
 	line, ok := h.appendLine(audit.ToolRequested{CallID: id, Server: name, Tool: c.Tool,
