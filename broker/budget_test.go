@@ -146,3 +146,28 @@ func TestBudgetConcurrentBrokers(t *testing.T) {
 		t.Fatalf("served %d, provider saw %d, refused %d; want %d served", ok.Load(), fp.count(), refused.Load(), budget)
 	}
 }
+
+// TestBudgetStreamSettled: a streamed answer is settled with the usage
+// read from its events, before its inference.completed.
+func TestBudgetStreamSettled(t *testing.T) {
+	l := budgetLedger(t, 0, 100, 1)
+	h := newHarness(t, 100, withBudget(ledger.Charger{L: l, Account: "c0"}))
+	body := `{"model":"claude-test","max_tokens":16,"stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	if r := h.raw(post("/v1/messages", body, "Connection: close")); r.status != 200 {
+		t.Fatalf("stream: %d %s", r.status, r.body)
+	}
+	lines := h.j.lines()
+	u := payloadOf(t, lines[len(lines)-2])
+	c := payloadOf(t, lines[len(lines)-1])
+	if u["type"] != audit.TypeBudgetUpdated || c["type"] != audit.TypeInferenceCompleted || u["outcome"] != audit.BudgetSettled {
+		t.Fatalf("last records %v then %v", u, c)
+	}
+	out := c["usage"].(map[string]any)["output_tokens"]
+	if out == 0.0 || u["charged_tokens"] != out {
+		t.Fatalf("charged %v, the stream reported %v", u["charged_tokens"], out)
+	}
+	st, _ := l.Snapshot()
+	if float64(st.Accounts["p"].Tokens) != out {
+		t.Fatalf("ledger %+v, reported %v", st.Accounts["p"], out)
+	}
+}
