@@ -114,6 +114,10 @@ func TestBudgetSharedByChildren(t *testing.T) {
 	if st := e.ledgerOf("lead"); st.Accounts["lead"].Requests != budget || st.Accounts["lead"].Tokens != 5*budget || len(st.Reservations) != 0 {
 		t.Fatalf("ledger: %+v, %d open", st.Accounts["lead"], len(st.Reservations))
 	}
+	// The parent cannot be deleted under its running children.
+	if r := e.moat("sandbox", "delete", "lead"); r.code != 125 || !strings.Contains(r.stderr, "running children drawing on its budget (w0, w1, w2") {
+		t.Fatalf("delete the parent first: %s", r)
+	}
 	// Each child's journal: budget.updated right before each completion.
 	settled := 0
 	for i := range children {
@@ -151,6 +155,10 @@ func TestBudgetSharedByChildren(t *testing.T) {
 	}
 	if settled != budget {
 		t.Errorf("%d budget.updated records, want %d", settled, budget)
+	}
+	// Without children the parent is deleted (control).
+	if r := e.moat("sandbox", "delete", "lead"); r.code != 0 {
+		t.Fatalf("delete the parent last: %s", r)
 	}
 }
 

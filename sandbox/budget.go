@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/moat-sandbox/moat/boundary"
@@ -76,4 +77,32 @@ func openBudget(dir, name, ledgerDir, parent string, maxRequests int, maxTokens 
 		return nil, nil, fmt.Errorf("budget: %w", err)
 	}
 	return ledger.Charger{L: l, Account: name}, l, nil
+}
+
+// liveChildren names the sandboxes drawing on s's budget whose supervisor
+// is alive: deleting s would take their budget (for a root: the ledger
+// itself) away, so Delete refuses until they are deleted.
+func liveChildren(st *store, s *State) []string {
+	if s.Ledger == "" {
+		return nil
+	}
+	l, err := ledger.Open(s.Ledger)
+	if err != nil {
+		return nil // no ledger left: nothing draws on it
+	}
+	snap, err := l.Snapshot()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for name, a := range snap.Accounts {
+		if a.Parent != s.Name || ValidateName(name) != nil {
+			continue
+		}
+		if cs, err := st.read(name); err == nil && cs.alive() && cs.Parent == s.Name {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

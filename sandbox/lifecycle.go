@@ -363,6 +363,11 @@ func Delete(name string) (found bool, err error) {
 	if errors.Is(err, ErrNotFound) {
 		return false, nil
 	}
+	if err == nil {
+		if kids := liveChildren(st, s); len(kids) > 0 {
+			return true, &RefusedError{Msg: fmt.Sprintf("sandbox %s has running children drawing on its budget (%s): delete them first", name, strings.Join(kids, ", "))}
+		}
+	}
 	if err == nil && s.alive() {
 		control(dir, controlRequest{Op: "delete"}, nil, func([]byte) bool { return false })
 		deadline := time.Now().Add(deleteTimeout)
