@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/moat-sandbox/moat/internal/fakeprovider"
 )
 
 // heldJSON is what moat approvals list/show -o json print for a request.
@@ -164,5 +166,78 @@ approvals:
 		if !strings.Contains(show.stdout, w) {
 			t.Errorf("audit show lacks %q\n%s", w, show.stdout)
 		}
+	}
+}
+
+// TestApprovalsSandbox: the same commands reach a sandbox's supervisor
+// with --sandbox N: a request of `moat sandbox exec` is held, its
+// principal names the sandbox, and it reaches the provider only once
+// approved; a denied one never does.
+func TestApprovalsSandbox(t *testing.T) {
+	e := newEnv(t)
+	p, err := fakeprovider.Start(fakeprovider.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	pol := e.policy(fmt.Sprintf(`inference:
+  max_requests: 8
+  providers:
+    - name: anthropic
+      api: anthropic-messages
+      base_url: http://127.0.0.1:%d
+      credential_env: E2E_ANTHROPIC_KEY
+      models: [claude-e2e]
+approvals:
+  timeout: 60s
+  rules:
+    - {road: inference, provider: anthropic}
+`, p.Port()))
+	create := e.command("sandbox", "create", "appr", "--policy", pol)
+	create.Env = append(create.Env, "E2E_ANTHROPIC_KEY="+anthropicCred)
+	if out, err := create.CombinedOutput(); err != nil {
+		t.Fatalf("sandbox create: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { e.moat("sandbox", "delete", "appr") })
+	// The approvals commands find no held request yet.
+	if r := e.moat("approvals", "list", "--sandbox", "appr"); r.code != 0 || !strings.Contains(r.stdout, "no request is held") {
+		t.Fatalf("approvals list: %s", r)
+	}
+	exec := func() <-chan result {
+		ch := make(chan result, 1)
+		go func() { ch <- e.moat("sandbox", "exec", "appr", "--", e.probe, helperArg, "infer=claude-e2e") }()
+		return ch
+	}
+	held := func() heldJSON {
+		var l []heldJSON
+		waitFor(t, "a held request", 30*e2eSecond, func() bool {
+			r := e.moat("approvals", "list", "--sandbox", "appr", "-o", "json")
+			l = nil
+			json.Unmarshal([]byte(r.stdout), &l)
+			return len(l) == 1
+		})
+		return l[0]
+	}
+	res := exec()
+	h := held()
+	if !strings.Contains(h.PrincipalLine, "sandbox=appr") || p.Count() != 0 {
+		t.Fatalf("held %+v, provider saw %d", h, p.Count())
+	}
+	if r := e.moat("approvals", "approve", h.ID, "--digest", h.RequestSHA256, "--sandbox", "appr"); r.code != 0 {
+		t.Fatalf("approve: %s", r)
+	}
+	if r := <-res; !strings.Contains(r.stdout, "infer=claude-e2e ok status 200") {
+		t.Fatalf("approved exec: %s", r)
+	}
+	res = exec()
+	h = held()
+	if r := e.moat("approvals", "deny", h.ID, "--sandbox", "appr"); r.code != 0 {
+		t.Fatalf("deny: %s", r)
+	}
+	if r := <-res; !strings.Contains(r.stdout, "the operator denied this request") {
+		t.Fatalf("denied exec: %s", r)
+	}
+	if n := p.Count(); n != 1 {
+		t.Errorf("provider saw %d requests, want the approved one", n)
 	}
 }
