@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -155,9 +156,12 @@ type HeldRequest struct {
 	Held          time.Time       `json:"held"`
 	Expires       time.Time       `json:"expires"`
 	// Request is the canonical request bytes (show only), cut at
-	// MaxShownRequestBytes; Truncated says it was cut.
-	Request   string `json:"request,omitempty"`
-	Truncated bool   `json:"truncated,omitempty"`
+	// MaxShownRequestBytes; Truncated says it was cut. Bytes that are not
+	// valid UTF-8 (a binary service body) are shown as U+FFFD there, and
+	// RequestBase64 then holds the exact bytes.
+	Request       string `json:"request,omitempty"`
+	RequestBase64 string `json:"request_base64,omitempty"`
+	Truncated     bool   `json:"truncated,omitempty"`
 }
 
 // ApprovalReply is a control socket's answer to an ApprovalCommand.
@@ -375,6 +379,9 @@ func (d *ApprovalDesk) Show(id string) (HeldRequest, bool) {
 		body, info.Truncated = body[:MaxShownRequestBytes], true
 	}
 	info.Request = strings.ToValidUTF8(string(body), "\uFFFD")
+	if !utf8.Valid(body) {
+		info.RequestBase64 = base64.StdEncoding.EncodeToString(body)
+	}
 	return info, true
 }
 

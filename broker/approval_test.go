@@ -2,6 +2,7 @@ package broker
 
 import (
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/policy"
@@ -354,4 +356,30 @@ func FuzzApprovalCommand(f *testing.F) {
 			t.Fatalf("%q parsed as %+v, which encodes as %s and parses as %+v (%v)", in, c, out, c2, err)
 		}
 	})
+}
+
+// TestApprovalShowBinary: show gives the exact bytes of a body that is
+// not UTF-8 in request_base64 (the text form cannot carry them); a UTF-8
+// body has none (control).
+func TestApprovalShowBinary(t *testing.T) {
+	_, d := approvalHarness(t, time.Minute)
+	for _, body := range [][]byte{[]byte("GET /x\n\n\xff\x00\x80"), []byte("GET /y\n\nplain")} {
+		done := make(chan *frontError, 1)
+		go func() {
+			done <- d.holdFor("moatreq_000000000000000000000001", audit.Attribution{Status: "unavailable", Reason: "test"}, policy.RoadService, "git", "GET /x", body, nil)
+		}()
+		held := waitHeld(t, d, 1)[0]
+		shown, _ := d.Show(held.ID)
+		raw, err := base64.StdEncoding.DecodeString(shown.RequestBase64)
+		switch {
+		case utf8.Valid(body) && shown.RequestBase64 != "":
+			t.Errorf("UTF-8 body with request_base64 %q", shown.RequestBase64)
+		case !utf8.Valid(body) && (err != nil || string(raw) != string(body) || sha(raw) != held.RequestSHA256):
+			t.Errorf("binary body: request_base64 %q (%v), want the exact bytes", shown.RequestBase64, err)
+		}
+		d.Do(ApprovalCommand{Op: ApprovalOpDeny, ID: held.ID}, approver)
+		if fe := <-done; fe == nil || fe.Code != ReasonApprovalDenied {
+			t.Errorf("denied: %v", fe)
+		}
+	}
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -130,6 +132,30 @@ func newApprovalsListCmd() *cobra.Command {
 	return cmd
 }
 
+// shown makes a workload-chosen string safe for the operator's terminal:
+// control characters (C0 but LF and tab, DEL, C1) and format characters
+// (bidirectional overrides, zero-width marks) are written as \uXXXX,
+// invalid UTF-8 bytes as \xNN, so that no request can drive or reorder
+// the terminal that shows it. -o json gives the exact bytes.
+func shown(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+		case r == '\n' || r == '\t':
+			b.WriteRune(r)
+		case unicode.IsControl(r) || unicode.Is(unicode.Cf, r):
+			fmt.Fprintf(&b, "\\u%04x", r)
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
+}
+
 func writeHeldTable(w io.Writer, held []broker.HeldRequest) {
 	if len(held) == 0 {
 		fmt.Fprintln(w, "no request is held")
@@ -138,7 +164,7 @@ func writeHeldTable(w io.Writer, held []broker.HeldRequest) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tROAD\tTARGET\tNAME\tBYTES\tEXPIRES IN\tDIGEST")
 	for _, h := range held {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", h.ID, h.Road, h.Target, h.Name, h.RequestBytes,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", h.ID, h.Road, shown(h.Target), strings.ReplaceAll(shown(h.Name), "\n", `\n`), h.RequestBytes,
 			time.Until(h.Expires).Round(time.Second), h.RequestSHA256)
 	}
 	tw.Flush()
@@ -167,14 +193,17 @@ func newApprovalsShowCmd() *cobra.Command {
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "approval:   %s\nrequest:    %s\nroad:       %s\ntarget:     %s\nname:       %s\nprincipal:  %s\nheld:       %s\nexpires:    %s (in %s)\nbytes:      %d\ndigest:     %s\n",
-				h.ID, h.RequestID, h.Road, h.Target, h.Name, h.PrincipalLine, h.Held.Format(time.RFC3339), h.Expires.Format(time.RFC3339),
+				h.ID, h.RequestID, h.Road, shown(h.Target), shown(h.Name), shown(h.PrincipalLine), h.Held.Format(time.RFC3339), h.Expires.Format(time.RFC3339),
 				time.Until(h.Expires).Round(time.Second), h.RequestBytes, h.RequestSHA256)
 			if h.Truncated {
-				fmt.Fprintf(w, "request bytes (the first %d of %d):\n", len(h.Request), h.RequestBytes)
+				fmt.Fprintf(w, "request bytes (the first %d of %d; control and format characters shown as \\uXXXX, invalid bytes as \\xNN):\n", len(h.Request), h.RequestBytes)
 			} else {
-				fmt.Fprintln(w, "request bytes (exactly what leaves if approved):")
+				fmt.Fprintln(w, "request bytes (exactly what leaves if approved; control and format characters shown as \\uXXXX, invalid bytes as \\xNN):")
 			}
-			fmt.Fprintln(w, h.Request)
+			fmt.Fprintln(w, shown(h.Request))
+			if h.RequestBase64 != "" {
+				fmt.Fprintln(w, "(the request is not UTF-8: invalid bytes are shown as U+FFFD above; -o json has the exact bytes in request_base64)")
+			}
 			fmt.Fprintf(w, "approve with: moat approvals approve %s --digest %s\n", h.ID, h.RequestSHA256)
 			return nil
 		},
