@@ -9,10 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/moat-sandbox/moat/internal/fakeprovider"
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // heldJSON is what moat approvals list/show -o json print for a request.
@@ -239,5 +241,79 @@ approvals:
 	}
 	if n := p.Count(); n != 1 {
 		t.Errorf("provider saw %d requests, want the approved one", n)
+	}
+}
+
+// TestRootApprovalsPeerRefused: the run's control socket answers only its
+// owner (or root). With the run directory and the socket opened to all
+// (so that only the peer credential check stands), moat approvals run as
+// uid 65534 gets no answer and decides nothing; the same command as root
+// (control) denies the held request.
+func TestRootApprovalsPeerRefused(t *testing.T) {
+	testenv.NeedRoot(t)
+	e := newEnv(t)
+	p := newProvider(t, false)
+	pol := e.policy(fmt.Sprintf(`inference:
+  max_requests: 8
+  providers:
+    - name: anthropic
+      api: anthropic-messages
+      base_url: http://127.0.0.1:%d
+      credential_env: E2E_ANTHROPIC_KEY
+      models: [claude-e2e]
+approvals:
+  timeout: 60s
+  rules:
+    - {road: inference}
+`, p.Port()))
+	ri := filepath.Join(e.dir, "run-info.json")
+	cmd := e.command("run", "--policy", pol, "--run-info", ri, "--", e.probe, helperArg, "infer=claude-e2e")
+	cmd.Env = append(cmd.Env, "E2E_ANTHROPIC_KEY="+anthropicCred)
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-done })
+	waitFor(t, "run info", 60*e2eSecond, func() bool { _, err := os.Stat(ri); return err == nil })
+	var info struct {
+		Journal string `json:"journal"`
+	}
+	b, _ := os.ReadFile(ri)
+	json.Unmarshal(b, &info)
+	runDir := filepath.Dir(info.Journal)
+	sock := filepath.Join(runDir, "control.sock")
+	var l []heldJSON
+	waitFor(t, "a held request", 30*e2eSecond, func() bool {
+		r := e.moat("approvals", "list", "--run", runDir, "-o", "json")
+		l = nil
+		json.Unmarshal([]byte(r.stdout), &l)
+		return len(l) == 1
+	})
+	for _, d := range []string{e.auditDir, runDir} {
+		os.Chmod(d, 0o755)
+	}
+	os.Chmod(sock, 0o666)
+	other := e.command("approvals", "deny", l[0].ID, "--run", runDir)
+	other.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := other.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "without an answer") {
+		t.Fatalf("deny as uid 65534: %v\n%s", err, out)
+	}
+	if r := e.moat("approvals", "list", "--run", runDir, "-o", "json"); !strings.Contains(r.stdout, l[0].ID) {
+		t.Fatalf("the request is no longer held after another user's deny: %s", r)
+	}
+	if r := e.moat("approvals", "deny", l[0].ID, "--run", runDir); r.code != 0 {
+		t.Fatalf("deny as root: %s", r)
+	}
+	select {
+	case <-done:
+	case <-time.After(60 * e2eSecond):
+		t.Fatal("moat run did not end")
+	}
+	if !strings.Contains(so.String(), "the operator denied this request") || p.Count() != 0 {
+		t.Errorf("workload: %s; provider saw %d", so.String(), p.Count())
 	}
 }

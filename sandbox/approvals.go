@@ -137,15 +137,16 @@ func SendApprovalCommand(sock string, cmd broker.ApprovalCommand) (broker.Approv
 	defer c.Close()
 	b, _ := json.Marshal(cmd)
 	if _, err := c.Write(append(b, '\n')); err != nil {
-		return rep, fmt.Errorf("control socket %s: %w", sock, err)
+		return rep, fmt.Errorf("control socket %s closed without an answer (%v): only the user who started the run, or root, is answered", sock, err)
 	}
 	sc := bufio.NewScanner(c)
 	sc.Buffer(make([]byte, 4096), maxControlMsg)
 	if !sc.Scan() {
+		why := "closed"
 		if sc.Err() != nil {
-			return rep, fmt.Errorf("control socket %s: %w", sock, sc.Err())
+			why = sc.Err().Error()
 		}
-		return rep, fmt.Errorf("control socket %s closed without an answer (a peer that is not the owner is refused)", sock)
+		return rep, fmt.Errorf("control socket %s closed without an answer (%s): only the user who started the run, or root, is answered", sock, why)
 	}
 	if err := json.Unmarshal(sc.Bytes(), &rep); err != nil {
 		return rep, fmt.Errorf("control socket %s: bad answer: %w", sock, err)
