@@ -49,6 +49,7 @@ var recordTypes = []string{
 	"tool.requested", "tool.completed", "tool.refused", "tool.failed", "tool.server_confirmed",
 	"egress.opened", "egress.closed", "egress.refused",
 	"service.requested", "service.completed", "service.refused", "service.failed",
+	"approval.requested", "approval.decided", "approval.substitution", "budget.updated",
 }
 
 // Journal statuses, as `moat audit verify` reports them.

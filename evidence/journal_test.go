@@ -383,7 +383,7 @@ func TestDecodePayloadOrder(t *testing.T) {
 }
 
 // TestVerifyJournalEgressServiceRecords: a journal that the writer makes
-// with every egress and service record type, and a tool server's
+// with every egress, service, approval and budget record type, and a tool server's
 // confirmation without any tool call, is complete for the evidence
 // reading as for package audit (run.terminated then has no counts.tools:
 // tool.server_confirmed counts nowhere). Control: the same journal with a
@@ -410,6 +410,12 @@ func TestVerifyJournalEgressServiceRecords(t *testing.T) {
 			HeadersSHA256: sha(nil), BodySHA256: sha(nil), Attribution: attr},
 		audit.ServiceFailed{RequestID: "moatreq_000000000000000000000002", Reason: "service_redirect", Detail: "redirect refused"},
 		audit.ServiceRefused{RequestID: "moatreq_000000000000000000000003", Service: "github", Method: "DELETE", Reason: "service_method_not_allowed", Detail: "no", Attribution: attr},
+		audit.ApprovalRequested{ApprovalID: "moatapr_000000000000000000000001", RequestID: "moatreq_000000000000000000000004", Road: "service",
+			Target: "github", Name: "/o/r.git/x", RequestSHA256: sha(nil), Principal: audit.Principal{Run: "run-egress", Attribution: attr}, TimeoutMS: 1000},
+		audit.ApprovalSubstitution{ApprovalID: "moatapr_000000000000000000000001", Reason: audit.SubstitutionDigest, RequestSHA256: sha(nil), PresentedSHA256: sha([]byte("x")), Detail: "no"},
+		audit.ApprovalDecided{ApprovalID: "moatapr_000000000000000000000001", RequestID: "moatreq_000000000000000000000004", Decision: audit.ApprovalDenied, RequestSHA256: sha(nil)},
+		audit.BudgetUpdated{RequestID: "r1", Outcome: "settled", ReservedTokens: 64, ChargedTokens: 10,
+			Accounts: []audit.BudgetBalance{{Account: "a", Requests: 1, MaxRequests: 2, Tokens: 10, MaxTokens: 100}}},
 		audit.RunTerminated{Reason: audit.ReasonCompleted},
 	} {
 		line, err := w.Append(r)
@@ -431,7 +437,8 @@ func TestVerifyJournalEgressServiceRecords(t *testing.T) {
 	for _, rec := range r.Records {
 		types = append(types, rec.Type)
 	}
-	for _, want := range []string{"egress.opened", "egress.closed", "egress.refused", "service.requested", "service.completed", "service.failed", "service.refused", "tool.server_confirmed"} {
+	for _, want := range []string{"egress.opened", "egress.closed", "egress.refused", "service.requested", "service.completed", "service.failed", "service.refused", "tool.server_confirmed",
+		"approval.requested", "approval.substitution", "approval.decided", "budget.updated"} {
 		if !slices.Contains(types, want) {
 			t.Errorf("no %s among %v", want, types)
 		}
