@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -380,6 +381,71 @@ func TestApprovalShowBinary(t *testing.T) {
 		d.Do(ApprovalCommand{Op: ApprovalOpDeny, ID: held.ID}, approver)
 		if fe := <-done; fe == nil || fe.Code != ReasonApprovalDenied {
 			t.Errorf("denied: %v", fe)
+		}
+	}
+}
+
+// TestApprovalConcurrentDecisions: many operators approve and deny the
+// same held requests at once, while their timeout fires: each request
+// gets exactly one approval.decided, every other decision is refused as
+// a replay, and the provider sees exactly the requests whose decision
+// was an approval, once each.
+func TestApprovalConcurrentDecisions(t *testing.T) {
+	h, d := approvalHarness(t, 2*time.Second)
+	const n = 8
+	res := make([]<-chan result, n)
+	for i := range res {
+		res[i] = h.sendAsync(bigBody(fmt.Sprintf("job %d", i)))
+	}
+	held := waitHeld(t, d, n)
+	var wg sync.WaitGroup
+	// A burst of six decisions per request, approvals and denials mixed;
+	// the bursts of the last requests come after their timeout.
+	for i, hr := range held {
+		for k := 0; k < 6; k++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				op := ApprovalOpApprove
+				if (i+k)%2 == 1 {
+					op = ApprovalOpDeny
+				}
+				time.Sleep(time.Duration(i*300+k) * time.Millisecond)
+				d.Do(ApprovalCommand{Op: op, ID: hr.ID, Digest: hr.RequestSHA256}, approver)
+			}()
+		}
+	}
+	wg.Wait()
+	ok := 0
+	for _, ch := range res {
+		if r := <-ch; r.status == 200 {
+			ok++
+		}
+	}
+	decided := map[string]int{}
+	approved := 0
+	for _, rec := range h.records(audit.TypeApprovalDecided) {
+		decided[rec["approval_id"].(string)]++
+		if rec["decision"] == audit.ApprovalApproved {
+			approved++
+		}
+	}
+	for _, hr := range held {
+		if decided[hr.ID] != 1 {
+			t.Errorf("approval %s decided %d times", hr.ID, decided[hr.ID])
+		}
+	}
+	kinds := map[any]int{}
+	for _, rec := range h.records(audit.TypeApprovalDecided) {
+		kinds[rec["decision"]]++
+	}
+	t.Logf("decisions: %v", kinds)
+	if ok != approved || h.fp.count() != approved || approved == 0 {
+		t.Errorf("%d answered 200, %d approved, provider saw %d", ok, approved, h.fp.count())
+	}
+	for _, s := range h.records(audit.TypeApprovalSubstitution) {
+		if s["reason"] != audit.SubstitutionReplay {
+			t.Errorf("substitution %v, want replays only", s)
 		}
 	}
 }
