@@ -78,6 +78,26 @@
 // the sandbox's memory limit; a request that cannot get its share in time
 // is refused (broker_busy).
 //
+// # Approvals
+//
+// When the policy has approvals.rules (approval.go), a request that
+// matches one (an inference request after admission and its allowance
+// reservation, a tools/call after its call reservation, a service
+// request after its own) is held before its pre-effect record:
+// approval.requested (the approval id, the SHA-256 of the exact bytes
+// that would leave, the principal: run, sandbox, attribution) is
+// durable, then the connection waits for a decision through
+// ApprovalDesk (the run's or the sandbox's control socket, moat
+// approvals) or for approvals.timeout. Only an approval that names the
+// held request's id and digest (and its principal and run, when given)
+// lets it go: approval.decided is durable before the pre-effect record,
+// and the bytes about to leave are hashed again against the approved
+// digest. A mismatch, a second decision on one id, or changed bytes are
+// journaled as approval.substitution and the held request is refused
+// (approval_substituted); a denial, a timeout and the broker's Close
+// refuse it too (approval_denied, approval_timeout, run_failed). A
+// decision is single use: the same bytes sent again are held again.
+//
 // # Durability and its cost
 //
 // A request leaves only once its inference.requested record is durable
