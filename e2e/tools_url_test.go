@@ -140,3 +140,39 @@ func TestToolsURLThroughGuard(t *testing.T) {
 		t.Errorf("the trap on 127.0.0.1 heard %d connection(s)", h)
 	}
 }
+
+// TestTestGlobalOnlyInHooksBuild: the test-only settings are inert in
+// the binary a user runs. A CONNECT to a granted IP literal, 127.0.0.2,
+// with MOAT_TEST_GLOBAL_ADDR=127.0.0.2 in moat's environment, is
+// admitted (200) by the moat_test_hooks build (the control: the setting
+// works where it exists) and refused 403 by the guard's loopback reason
+// in the plain build, whatever its environment says.
+func TestTestGlobalOnlyInHooksBuild(t *testing.T) {
+	_, err := exec.LookPath("bash")
+	testenv.Need(t, err == nil, "bash is not installed")
+	hooks := hooksBin(t)
+	e := newEnv(t)
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	testenv.Need(t, err == nil, "cannot listen on 127.0.0.2")
+	defer ln.Close()
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	pol := e.policy(fmt.Sprintf("egress:\n  hosts:\n    - {host: 127.0.0.2, port: %s}\n", port))
+	script := `EP=${HTTPS_PROXY##*:}; exec 3<>/dev/tcp/127.0.0.1/$EP; printf 'CONNECT 127.0.0.2:` + port + ` HTTP/1.1\r\nHost: 127.0.0.2:` + port + `\r\n\r\n' >&3; echo "status $(head -c 12 <&3)"`
+	run := func(bin string) result {
+		cmd := exec.Command(bin, "run", "--policy", pol, "--", "/bin/bash", "-c", script)
+		cmd.Dir = e.dir
+		cmd.Env = append(os.Environ(), "MOAT_STATE_DIR="+e.stateDir, "MOAT_TEST_GLOBAL_ADDR=127.0.0.2", "MOAT_TEST_HOSTS=x.test=127.0.0.2",
+			"HTTPS_PROXY=", "https_proxy=", "NO_PROXY=", "no_proxy=")
+		var so, se strings.Builder
+		cmd.Stdout, cmd.Stderr = &so, &se
+		cmd.Run()
+		return result{so.String(), se.String(), cmd.ProcessState.ExitCode()}
+	}
+	if r := run(hooks); !strings.Contains(r.stdout, "status HTTP/1.1 200") {
+		t.Fatalf("the hooks build with the test-global address (control): %s", r)
+	}
+	// (moat dials once the ClientHello has come; the script sends none.)
+	if r := run(moatBin(t)); !strings.Contains(r.stdout, "status HTTP/1.1 403") || !strings.Contains(r.stderr, "address_loopback") {
+		t.Errorf("the plain build took MOAT_TEST_GLOBAL_ADDR: %s", r)
+	}
+}
