@@ -174,7 +174,9 @@ approvals:
 // TestApprovalsSandbox: the same commands reach a sandbox's supervisor
 // with --sandbox N: a request of `moat sandbox exec` is held, its
 // principal names the sandbox, and it reaches the provider only once
-// approved; a denied one never does.
+// approved; a denied one never does; a substitution during a pending
+// approval is refused and never reaches the provider, while the
+// approved request does, once.
 func TestApprovalsSandbox(t *testing.T) {
 	e := newEnv(t)
 	p, err := fakeprovider.Start(fakeprovider.Options{})
@@ -189,7 +191,7 @@ func TestApprovalsSandbox(t *testing.T) {
       api: anthropic-messages
       base_url: http://127.0.0.1:%d
       credential_env: E2E_ANTHROPIC_KEY
-      models: [claude-e2e]
+      models: [claude-e2e, claude-e2f]
 approvals:
   timeout: 60s
   rules:
@@ -205,21 +207,23 @@ approvals:
 	if r := e.moat("approvals", "list", "--sandbox", "appr"); r.code != 0 || !strings.Contains(r.stdout, "no request is held") {
 		t.Fatalf("approvals list: %s", r)
 	}
-	exec := func() <-chan result {
+	execModel := func(model string) <-chan result {
 		ch := make(chan result, 1)
-		go func() { ch <- e.moat("sandbox", "exec", "appr", "--", e.probe, helperArg, "infer=claude-e2e") }()
+		go func() { ch <- e.moat("sandbox", "exec", "appr", "--", e.probe, helperArg, "infer="+model) }()
 		return ch
 	}
-	held := func() heldJSON {
+	exec := func() <-chan result { return execModel("claude-e2e") }
+	heldN := func(n int) []heldJSON {
 		var l []heldJSON
-		waitFor(t, "a held request", 30*e2eSecond, func() bool {
+		waitFor(t, "held requests", 30*e2eSecond, func() bool {
 			r := e.moat("approvals", "list", "--sandbox", "appr", "-o", "json")
 			l = nil
 			json.Unmarshal([]byte(r.stdout), &l)
-			return len(l) == 1
+			return len(l) == n
 		})
-		return l[0]
+		return l
 	}
+	held := func() heldJSON { return heldN(1)[0] }
 	res := exec()
 	h := held()
 	if !strings.Contains(h.PrincipalLine, "sandbox=appr") || p.Count() != 0 {
@@ -241,6 +245,40 @@ approvals:
 	}
 	if n := p.Count(); n != 1 {
 		t.Errorf("provider saw %d requests, want the approved one", n)
+	}
+
+	// Substitution during a pending approval: while A waits, another
+	// request B (other bytes) is held too; approving B with the digest
+	// the operator saw for A refuses B, which never reaches the provider;
+	// A, approved with its own digest, does, once.
+	resA := execModel("claude-e2e")
+	a := held()
+	resB := execModel("claude-e2f")
+	l := heldN(2)
+	bh := l[0]
+	if bh.ID == a.ID {
+		bh = l[1]
+	}
+	if r := e.moat("approvals", "approve", bh.ID, "--digest", a.RequestSHA256, "--sandbox", "appr"); r.code != 125 || !strings.Contains(r.stderr, "substitution") {
+		t.Errorf("approving B with A's digest: %s", r)
+	}
+	if r := <-resB; !strings.Contains(r.stdout, "infer=claude-e2f err status 403") {
+		t.Errorf("substituted request: %s", r)
+	}
+	if r := e.moat("approvals", "approve", a.ID, "--digest", a.RequestSHA256, "--sandbox", "appr"); r.code != 0 {
+		t.Fatalf("approve A: %s", r)
+	}
+	if r := <-resA; !strings.Contains(r.stdout, "infer=claude-e2e ok status 200") {
+		t.Errorf("approved A: %s", r)
+	}
+	reqs := p.Requests()
+	if len(reqs) != 2 || sha256hex(reqs[1].Body) != a.RequestSHA256 {
+		t.Errorf("provider saw %d requests; want 2, the last A's bytes", len(reqs))
+	}
+	for _, r := range reqs {
+		if strings.Contains(string(r.Body), "claude-e2f") {
+			t.Errorf("the substituted request reached the provider: %s", r.Body)
+		}
 	}
 }
 
