@@ -47,9 +47,15 @@ outside the bundle and pass them to "moat evidence verify". With -o json or
 yaml, the progress goes to stderr and stdout holds only the result:
 bundle, summary, manifest sha256, suite keyid and public key, exit code.
 
+The egress case (egress-grants) is run by moat built with -tags
+moat_test_hooks (--hooks-binary, default $MOAT_HOOKS_BIN), whose guard can
+be told that the case's loopback registry is global; this binary has no
+such setting. Without it that case is invalid.
+
 Cases: ` + joinNames(evidence.CaseNames()),
 		Example: `  CGO_ENABLED=0 go build -o bin/moat-probe ./cmd/moat-probe && go build -o bin/moat ./cmd/moat
-  sudo bin/moat evidence run --out /var/tmp/moat-evidence
+  go build -tags moat_test_hooks -o bin/moat-hooks ./cmd/moat   # runs the egress case alone
+  sudo bin/moat evidence run --out /var/tmp/moat-evidence --hooks-binary bin/moat-hooks
   bin/moat evidence run --out ./ev --case direct-network --case provider-redirect
   bin/moat evidence run --out ./ev -o json | jq .manifest_sha256`,
 		Args: cobra.NoArgs,
