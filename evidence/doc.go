@@ -203,7 +203,8 @@
 // the host's or a private network's services. So egress-grants alone is
 // run by Options.HooksBinary (`moat evidence run --hooks-binary F`,
 // default $MOAT_HOOKS_BIN), which the controller checks is a
-// moat_test_hooks build (its build info) and records by sha256 in
+// moat_test_hooks build of the same source revision as the binary under
+// test when both record one (their build info) and records by sha256 in
 // host.json (hooks-binary-sha256); the other cases never see the test
 // variables (cleanEnv drops MOAT_TEST_*). Without it the case is invalid
 // (a missing precondition) and moat is not run. What that costs: the

@@ -100,6 +100,16 @@ func hooksBuilt(path string) (bool, error) {
 	return false, nil
 }
 
+// sameSource: the hooks binary must come from the binary under test's
+// source revision when both record one ("" when they agree or either
+// does not say).
+func sameSource(tested, hooks string) string {
+	if tested == "" || hooks == "" || tested == hooks {
+		return ""
+	}
+	return fmt.Sprintf("built from revision %s, the binary under test from %s; build both from the same source", hooks, tested)
+}
+
 // setupEgress prepares the egress case before moat starts: the hooks
 // binary's check, the CA, the registry and the trap. False: a
 // precondition is missing (recorded), and moat is not run.
@@ -116,6 +126,10 @@ func (r *caseRun) setupEgress() (bool, error) {
 	ok, err := hooksBuilt(hb)
 	if err != nil || !ok {
 		r.host.Missing = append(r.host.Missing, fmt.Sprintf("precondition: %s is not a moat binary built with -tags %s (%v)", hb, hooksTag, err))
+		return false, nil
+	}
+	if msg := sameSource(sourceInfo(r.s.Binary, "").Embedded, sourceInfo(hb, "").Embedded); msg != "" {
+		r.host.Missing = append(r.host.Missing, "precondition: "+hb+": "+msg)
 		return false, nil
 	}
 	sum, err := FileSHA256(hb)

@@ -432,3 +432,17 @@ func TestDocListsEveryCase(t *testing.T) {
 		}
 	}
 }
+
+// TestSameSource: a hooks binary from another revision than the binary
+// under test is refused; the same revision, or one that does not say,
+// is not.
+func TestSameSource(t *testing.T) {
+	for _, c := range []struct {
+		tested, hooks string
+		ok            bool
+	}{{"abc", "abc", true}, {"", "abc", true}, {"abc", "", true}, {"abc", "def", false}} {
+		if got := sameSource(c.tested, c.hooks) == ""; got != c.ok {
+			t.Errorf("sameSource(%q, %q): ok %v, want %v", c.tested, c.hooks, got, c.ok)
+		}
+	}
+}
