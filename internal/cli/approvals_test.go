@@ -1,6 +1,9 @@
 package cli
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestShown: what a workload chose reaches the operator's terminal
 // without control, format or invalid bytes; plain text, LF and tab are
@@ -19,6 +22,28 @@ func TestShown(t *testing.T) {
 	} {
 		if got := shown(in); got != want {
 			t.Errorf("shown(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestApprovalsFlags: each usage mistake is refused with exit 125 and a
+// reason, before any socket is reached.
+func TestApprovalsFlags(t *testing.T) {
+	id := "moatapr_0123456789abcdef01234567"
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"approvals", "approve", id}, "approve needs --digest D"},
+		{[]string{"approvals", "list", "--sandbox", "a", "--run", dir}, "--sandbox and --run both given"},
+		{[]string{"approvals", "list", "--run", dir}, "is the run still going?"},
+		{[]string{"approvals", "show", id, "--sandbox", "Bad/Name"}, "Bad/Name"},
+		{[]string{"approvals", "list", "-o", "xml"}, "unsupported output format"},
+	} {
+		out, code := runCLI(t, c.args...)
+		if code != ExitRefused || !strings.Contains(out, c.want) {
+			t.Errorf("%v: exit %d\n%s\nwant 125 and %q", c.args, code, out, c.want)
 		}
 	}
 }
