@@ -326,7 +326,7 @@ func (d *ApprovalDesk) holdFor(requestID string, att audit.Attribution, road, ta
 	}
 	if now := sha256.Sum256(body); hex.EncodeToString(now[:]) != h.info.RequestSHA256 {
 		got := hex.EncodeToString(now[:])
-		b.append(audit.ApprovalSubstitution{ApprovalID: h.info.ID, Reason: audit.SubstitutionBytes, RequestSHA256: h.info.RequestSHA256,
+		d.record(audit.ApprovalSubstitution{ApprovalID: h.info.ID, Reason: audit.SubstitutionBytes, RequestSHA256: h.info.RequestSHA256,
 			PresentedSHA256: got, Detail: "the request bytes about to leave are not the approved bytes; the request was refused"})
 		return refuse(ReasonApprovalSubstituted, 403, "this request changed after it was approved (approval %s); it was not sent", h.info.ID)
 	}
@@ -343,9 +343,32 @@ func (d *ApprovalDesk) end(h *held, decision string) verdict {
 	}
 	delete(d.pending, h.info.ID)
 	d.decided[h.info.ID] = h.info.RequestSHA256
-	d.b.append(audit.ApprovalDecided{ApprovalID: h.info.ID, RequestID: h.info.RequestID, Decision: decision, RequestSHA256: h.info.RequestSHA256})
+	d.record(audit.ApprovalDecided{ApprovalID: h.info.ID, RequestID: h.info.RequestID, Decision: decision, RequestSHA256: h.info.RequestSHA256})
 	d.mu.Unlock()
 	return verdict{decision: decision}
+}
+
+// record journals an approval record and logs its one line:
+// "moat.approval decided" (Info when approved, else Warn) or
+// "moat.approval substitution" (Warn). It reports whether the record
+// is in the journal.
+func (d *ApprovalDesk) record(r audit.Record) bool {
+	_, ok := d.b.append(r)
+	switch r := r.(type) {
+	case audit.ApprovalDecided:
+		level := slog.LevelWarn
+		if r.Decision == audit.ApprovalApproved {
+			level = slog.LevelInfo
+		}
+		d.b.log.LogAttrs(context.Background(), level, "moat.approval decided", slog.String("approval_id", r.ApprovalID),
+			slog.String("request_id", r.RequestID), slog.String("decision", r.Decision), slog.String("request_sha256", r.RequestSHA256),
+			slog.String("approver", r.Approver), slog.Bool("journaled", ok))
+	case audit.ApprovalSubstitution:
+		d.b.log.LogAttrs(context.Background(), slog.LevelWarn, "moat.approval substitution", slog.String("approval_id", r.ApprovalID),
+			slog.String("reason", r.Reason), slog.String("request_sha256", r.RequestSHA256), slog.String("presented_sha256", r.PresentedSHA256),
+			slog.String("approver", r.Approver), slog.String("detail", r.Detail), slog.Bool("journaled", ok))
+	}
+	return ok
 }
 
 // List returns the held requests, oldest first.
@@ -427,7 +450,7 @@ func (d *ApprovalDesk) decide(c ApprovalCommand, approver string) (string, error
 	h, ok := d.pending[c.ID]
 	if !ok {
 		if digest, was := d.decided[c.ID]; was {
-			d.b.append(audit.ApprovalSubstitution{ApprovalID: c.ID, Reason: audit.SubstitutionReplay, RequestSHA256: digest,
+			d.record(audit.ApprovalSubstitution{ApprovalID: c.ID, Reason: audit.SubstitutionReplay, RequestSHA256: digest,
 				PresentedSHA256: c.Digest, Approver: approver, Detail: "approval " + c.ID + " was already decided; an approval is single use"})
 			return "", fmt.Errorf("refused: approval %s was already decided; an approval is single use (journaled as a substitution)", c.ID)
 		}
@@ -447,14 +470,14 @@ func (d *ApprovalDesk) decide(c ApprovalCommand, approver string) (string, error
 		decision = audit.ApprovalDenied
 	}
 	if reason != "" {
-		d.b.append(audit.ApprovalSubstitution{ApprovalID: c.ID, Reason: reason, RequestSHA256: h.info.RequestSHA256,
+		d.record(audit.ApprovalSubstitution{ApprovalID: c.ID, Reason: reason, RequestSHA256: h.info.RequestSHA256,
 			PresentedSHA256: c.Digest, Approver: approver, Detail: detail + "; the held request was refused"})
 		decision = audit.ApprovalSubstituted
 	}
 	delete(d.pending, c.ID)
 	d.decided[c.ID] = h.info.RequestSHA256
 	rec := audit.ApprovalDecided{ApprovalID: c.ID, RequestID: h.info.RequestID, Decision: decision, RequestSHA256: h.info.RequestSHA256, Approver: approver}
-	if _, ok := d.b.append(rec); !ok && decision == audit.ApprovalApproved {
+	if ok := d.record(rec); !ok && decision == audit.ApprovalApproved {
 		// Not durable: the request does not leave.
 		h.done <- verdict{decision: audit.ApprovalCancelled, approver: approver}
 		return "", errors.New("the journal failed; the request was not sent")

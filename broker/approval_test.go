@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -448,4 +449,51 @@ func TestApprovalConcurrentDecisions(t *testing.T) {
 			t.Errorf("substitution %v, want replays only", s)
 		}
 	}
+}
+
+// TestApprovalLogLines: each step of an approval has its one log line
+// with fixed fields: held, substitution and decided (a refused decision
+// at Warn), beside the request's own refused line.
+func TestApprovalLogLines(t *testing.T) {
+	var buf syncBuffer
+	fp := newFakeProvider(t, false)
+	pol := testPolicy(fp.srv.URL, 10)
+	pol.Approvals = policy.Approvals{Timeout: policy.Duration(time.Minute), Rules: []policy.ApprovalRule{{Road: policy.RoadInference}}}
+	h := startBroker(t, fp, pol, nil, func(c *Config) {
+		c.Log = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	d := h.b.Approvals()
+	res := h.sendAsync(anthropicBody)
+	held := waitHeld(t, d, 1)[0]
+	d.Do(ApprovalCommand{Op: ApprovalOpApprove, ID: held.ID, Digest: strings.Repeat("0", 64)}, approver)
+	<-res
+	out := buf.String()
+	for _, w := range []string{
+		`level=WARN msg="moat.approval held" approval_id=` + held.ID,
+		`level=WARN msg="moat.approval substitution" approval_id=` + held.ID + ` reason=digest_mismatch`,
+		`level=WARN msg="moat.approval decided" approval_id=` + held.ID + ` request_id=` + held.RequestID + ` decision=substituted`,
+		`level=WARN msg="moat.broker refused" request_id=` + held.RequestID + ` reason=approval_substituted`,
+	} {
+		if !strings.Contains(out, w) {
+			t.Errorf("log lacks %s\n%s", w, out)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
