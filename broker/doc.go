@@ -97,6 +97,9 @@
 // (approval_substituted); a denial, a timeout and the broker's Close
 // refuse it too (approval_denied, approval_timeout, run_failed). A
 // decision is single use: the same bytes sent again are held again.
+// Each step has one log line: "moat.approval held" (Warn, so that the
+// operator sees it at the default level), "moat.approval decided" (Info
+// when approved, else Warn) and "moat.approval substitution" (Warn).
 //
 // # Durability and its cost
 //
