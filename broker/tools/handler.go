@@ -440,6 +440,12 @@ func (h *Handler) call(w http.ResponseWriter, r *http.Request, s *server, m *Mes
 		h.replyError(w, m.ID, CodeRefused, ReasonAuditFailure, "moat: the call was not made: its record could not be made durable, and the run is ended")
 		return
 	}
+	// A fatal event may have come while the call was held for approval
+	// or while its record was written: the call then does not leave.
+	if rf := h.ready(s, MethodToolsCall); rf != nil {
+		h.fail(w, m.ID, id, rf.Reason, strings.Replace(rf.Message, "moat: refused: ", "moat: ", 1)+"; the call was not made")
+		return
+	}
 	h.log.Debug("moat.tools admitted", "call_id", id, "server", name, "tool", c.Tool, "attribution", string(att.Status))
 	timeout := time.Duration(s.entry.Timeout)
 	ctx, cancel := context.WithTimeout(context.WithValue(r.Context(), preEffectKey{}, line), timeout)

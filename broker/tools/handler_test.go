@@ -553,3 +553,39 @@ func TestRunFailedElsewhere(t *testing.T) {
 		t.Errorf("told the run %q, want %s", told, ReasonReflected)
 	}
 }
+
+// TestRunFailedWhileHeld: a fatal event that comes while a call is held
+// for approval (or while its tool.requested record is written) keeps the
+// approved call from leaving; the control is the same call approved with
+// the run still healthy.
+func TestRunFailedWhileHeld(t *testing.T) {
+	f := newFixture(t, calcEntry())
+	var runErr atomic.Pointer[error]
+	f.h.UseRunState(func() error {
+		if p := runErr.Load(); p != nil {
+			return *p
+		}
+		return nil
+	}, func(string, error) {})
+	var failDuringHold atomic.Bool
+	f.h.UseApprovals(func(ctx context.Context, callID, server, tool string, args []byte) (string, string) {
+		if failDuringHold.Load() {
+			e := errors.New("credential_reflected: an inference answer carried the credential")
+			runErr.Store(&e)
+		}
+		return "", "" // approved
+	})
+	cs := f.client(t)
+	ctx := context.Background()
+	add := &sdk.CallToolParams{Name: "add", Arguments: map[string]any{"a": 1, "b": 1}}
+	if _, err := cs.CallTool(ctx, add); err != nil {
+		t.Fatalf("control: an approved call in a healthy run: %v", err)
+	}
+	failDuringHold.Store(true)
+	if _, err := cs.CallTool(ctx, add); err == nil || !strings.Contains(err.Error(), "fatal event") {
+		t.Errorf("a call approved after the run's fatal event: got %v, want a refusal naming the fatal event", err)
+	}
+	if n := len(f.obs.seen()); n != 1 {
+		t.Errorf("the server saw %d calls, want the control's only", n)
+	}
+}
