@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 )
 
 // Default values and limits. Every default is safe: it grants nothing that
@@ -54,6 +55,15 @@ const (
 	MaxEnvValueBytes = 32 << 10
 )
 
+// The supervisor heartbeat's timeout (process.supervisor_timeout): at
+// least a second (the supervisor beats four times per timeout; shorter
+// would end healthy sandboxes on a loaded host), at most an hour.
+const (
+	DefaultSupervisorTimeout = Duration(10 * time.Second)
+	MinSupervisorTimeout     = Duration(time.Second)
+	MaxSupervisorTimeout     = Duration(time.Hour)
+)
+
 // Backends and APIs that a policy may name.
 var (
 	Backends = []string{"native", "gvisor"}
@@ -77,9 +87,10 @@ func defaults() *Policy {
 			TmpSize:   DefaultTmpSize,
 		},
 		Process: Process{
-			UID: DefaultID,
-			GID: DefaultID,
-			Env: map[string]string{"PATH": DefaultPATH, "HOME": DefaultHOME},
+			UID:               DefaultID,
+			GID:               DefaultID,
+			Env:               map[string]string{"PATH": DefaultPATH, "HOME": DefaultHOME},
+			SupervisorTimeout: DefaultSupervisorTimeout,
 			Limits: Limits{
 				Memory:    DefaultMemory,
 				Pids:      DefaultPids,

@@ -66,6 +66,7 @@ func ExamplePolicy_YAML() {
 	//     pids: 256
 	//     open_files: 1024
 	//     required: false
+	//   supervisor_timeout: 10s
 	// inference:
 	//   max_requests: 32
 	//   require_attribution: false

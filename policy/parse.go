@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -76,7 +77,7 @@ var (
 	landlockKeys   = []string{"abi_floor"}
 	filesystemKeys = []string{"read_only", "read_write", "tmp_size", "volumes"}
 	volumeKeys     = []string{"image", "path", "size"}
-	processKeys    = []string{"uid", "gid", "host_uid", "host_gid", "env", "workdir", "limits"}
+	processKeys    = []string{"uid", "gid", "host_uid", "host_gid", "env", "workdir", "limits", "supervisor_timeout"}
 	limitsKeys     = []string{"memory", "pids", "open_files", "required"}
 	inferenceKeys  = []string{"max_requests", "require_attribution", "max_output_tokens", "max_refusals", "providers"}
 	providerKeys   = []string{"name", "api", "base_url", "credential_env", "models", "ca_file"}
@@ -305,6 +306,19 @@ func (d *decoder) process(n *yaml.Node, pr *Process) {
 		if s, ok := d.path(n, "process.workdir"); ok {
 			pr.Workdir = s
 			d.set["process.workdir"] = true
+		}
+	}
+	if n := f["supervisor_timeout"]; n != nil {
+		if s, ok := d.str(n, "process.supervisor_timeout"); ok {
+			v, err := time.ParseDuration(s)
+			switch x := Duration(v); {
+			case err != nil:
+				d.add(n, CodeBadValue, "process.supervisor_timeout", "%q is not a duration: write one such as 10s or 1m", s)
+			case x < MinSupervisorTimeout || x > MaxSupervisorTimeout:
+				d.add(n, CodeBadValue, "process.supervisor_timeout", "%s is out of range [%s, %s]", x, MinSupervisorTimeout, MaxSupervisorTimeout)
+			default:
+				pr.SupervisorTimeout = x
+			}
 		}
 	}
 	if n := f["limits"]; n != nil {

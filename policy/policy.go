@@ -46,6 +46,8 @@
 // as comments in YAML and as "derived" in JSON.
 package policy
 
+import "time"
+
 // Policy is a loaded, validated policy. After Load every path is absolute
 // and cleaned, and every field holds its effective value.
 type Policy struct {
@@ -118,6 +120,27 @@ type Process struct {
 	// grant. Default: the first read_write grant, else /tmp.
 	Workdir string `yaml:"workdir" json:"workdir"`
 	Limits  Limits `yaml:"limits" json:"limits"`
+	// SupervisorTimeout is how long the sandbox's init waits for a
+	// heartbeat of its supervisor (moat) before it kills the workload: a
+	// supervisor that is stopped (SIGSTOP) or hung no longer watches the
+	// workload, so the workload does not outlive it by more than this.
+	// Default 10s.
+	SupervisorTimeout Duration `yaml:"supervisor_timeout" json:"supervisor_timeout"`
+}
+
+// ExplainSupervisorTimeout says what process.supervisor_timeout does, in
+// one line (moat policy check prints it).
+func (p Process) ExplainSupervisorTimeout() string {
+	return "process.supervisor_timeout " + Duration(p.SupervisorWait()).String() +
+		": the sandbox's init kills the workload when moat, its supervisor, sends no heartbeat for this long (moat stopped or hung); moat's death ends it at once"
+}
+
+// SupervisorWait is SupervisorTimeout, or the default when unset.
+func (p Process) SupervisorWait() time.Duration {
+	if p.SupervisorTimeout <= 0 {
+		return time.Duration(DefaultSupervisorTimeout)
+	}
+	return time.Duration(p.SupervisorTimeout)
 }
 
 // Limits are resource limits for the whole sandbox.

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	neturl "net/url"
@@ -117,6 +118,21 @@ func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
 
 // MarshalJSON writes the Go form as a JSON string.
 func (d Duration) MarshalJSON() ([]byte, error) { return []byte(`"` + d.String() + `"`), nil }
+
+// UnmarshalJSON reads back what MarshalJSON writes: the Go form as a JSON
+// string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration: want a string such as \"10s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("duration: %w", err)
+	}
+	*d = Duration(v)
+	return nil
+}
 
 // validServerName: 1-32 of [a-z0-9-], starting with a letter, not ending
 // with '-', no "--" (so that names and their variables stay readable).
@@ -415,6 +431,7 @@ func (p *Policy) ServerPolicy(s *MCPServer) *Policy {
 	q.Process.UID, q.Process.GID = p.Process.UID, p.Process.GID
 	q.Process.HostUID, q.Process.HostGID = p.Process.HostUID, p.Process.HostGID
 	q.Process.Limits = p.Process.Limits
+	q.Process.SupervisorTimeout = p.Process.SupervisorTimeout
 	q.Filesystem.ReadOnly = slices.Clone(s.Filesystem.ReadOnly)
 	q.Filesystem.ReadWrite = slices.Clone(s.Filesystem.ReadWrite)
 	q.Process.Env = map[string]string{}

@@ -140,6 +140,7 @@ func policyCheck(stdout, stderr io.Writer, file, format string, explain bool) er
 	for _, l := range pol.ExplainEgress() {
 		fmt.Fprintf(stdout, "# %s\n", l)
 	}
+	fmt.Fprintf(stdout, "# %s\n", pol.Process.ExplainSupervisorTimeout())
 	if explain {
 		fmt.Fprintf(stdout, "# backend %s:\n", pol.Backend)
 		for _, l := range filter {
