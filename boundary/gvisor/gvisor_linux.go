@@ -130,7 +130,7 @@ func (backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.Sandbo
 	for _, d := range s.cgroups {
 		s.reaper.Own(d, false)
 	}
-	if err := s.startInit(exe, initConfig{Runsc: runsc, Root: root, Bundle: bundle, ID: "moat-" + sanitize(spec.RunID), Plan: *plan, GrantsDir: grantsDir, WriteOwner: uid, Egress: len(pol.Egress.Hosts) > 0}); err != nil {
+	if err := s.startInit(exe, initConfig{Runsc: runsc, Root: root, Bundle: bundle, ID: "moat-" + sanitize(spec.RunID), Plan: *plan, GrantsDir: grantsDir, WriteOwner: uid, Egress: len(pol.Egress.Hosts) > 0, SupervisorTimeoutMS: pol.Process.SupervisorWait().Milliseconds()}); err != nil {
 		s.Terminate()
 		return nil, err
 	}
@@ -231,6 +231,9 @@ func (s *sandbox) startInit(exe string, cfg initConfig) error {
 		}
 	}
 	s.conn.SetReadDeadline(time.Time{})
+	// Beat for as long as this process runs and the channel is open: the
+	// init ends the sandbox when the beats stop.
+	go s.conn.Heartbeats(msg{Op: initkit.HeartbeatOp}, s.pol.Process.SupervisorWait())
 	go s.readLoop()
 	return nil
 }

@@ -2,6 +2,7 @@ package gvisor
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -59,6 +60,11 @@ type initConfig struct {
 	WriteOwner int `json:"write_owner"`
 	// Egress: make the egress port too (the policy has egress hosts).
 	Egress bool `json:"egress,omitempty"`
+	// SupervisorTimeoutMS: the sandbox is ended when no message (the
+	// supervisor beats, see initkit.Heartbeats) came for this long.
+	// (Milliseconds: the strict decoder has no form for a
+	// time.Duration.)
+	SupervisorTimeoutMS int64 `json:"supervisor_timeout_ms"`
 }
 
 // msg is one control message in either direction (SOCK_SEQPACKET: one
@@ -109,6 +115,10 @@ func InitMain([]string) int {
 		return fail(fmt.Errorf("no config: %v", err))
 	}
 	cfg := *m.Config
+	supervisorTimeout := time.Duration(cfg.SupervisorTimeoutMS) * time.Millisecond
+	if supervisorTimeout <= 0 {
+		return fail(errors.New("BUG: config without a supervisor timeout"))
+	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fail(fmt.Errorf("making / private: %w", err))
 	}
@@ -177,12 +187,21 @@ func InitMain([]string) int {
 	// sandbox that is about to die anyway.)
 	terminate := func() {}
 	for {
+		if err := c.ArmHeartbeat(supervisorTimeout); err != nil {
+			terminate()
+			return 0
+		}
 		m, files, err := recvMsg(c)
 		if err != nil {
+			if initkit.SupervisorLost(err) {
+				fmt.Fprintf(os.Stderr, "moat: gvisor init: no heartbeat of the supervisor for %s: ending the sandbox\n", supervisorTimeout)
+			}
 			terminate()
 			return 0
 		}
 		switch m.Op {
+		case initkit.HeartbeatOp:
+			initkit.CloseFiles(files)
 		case "exec":
 			if m.Process == nil || len(files) != 3 {
 				send(msg{Op: "error", ID: m.ID, Error: "exec needs a process and three stdio fds"})

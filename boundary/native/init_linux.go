@@ -59,6 +59,9 @@ type initConfig struct {
 	Seccomp   bool      `json:"seccomp"`
 	// Egress: make the egress port too (the policy has egress hosts).
 	Egress bool `json:"egress,omitempty"`
+	// SupervisorTimeout: the workload is killed when no message (the
+	// supervisor beats, see initkit.Heartbeats) came for this long.
+	SupervisorTimeout time.Duration `json:"supervisor_timeout"`
 }
 
 // InitMain is pid 1 of the sandbox.
@@ -83,6 +86,9 @@ func InitMain(args []string) int {
 	var cfg initConfig
 	if err := readConfig(initConfigFD, &cfg); err != nil {
 		return fail(fmt.Errorf("init: config: %w", err))
+	}
+	if cfg.SupervisorTimeout <= 0 {
+		return fail(errors.New("BUG: init: config without a supervisor timeout"))
 	}
 	// Keep the moat binary open: after pivot_root it is reachable only
 	// through this fd.
@@ -151,12 +157,22 @@ func InitMain(args []string) int {
 		unix.Close(fd)
 	}
 	for {
+		if err := ctl.ArmHeartbeat(cfg.SupervisorTimeout); err != nil {
+			return boundary.ExitRefused
+		}
 		m, files, err := recvCtl(ctl)
 		if err != nil {
-			// The supervisor is gone: so is the sandbox.
+			// The supervisor is gone, or stopped beating: so is the
+			// sandbox (the init is pid 1: its exit kills every process
+			// of the namespace).
+			if initkit.SupervisorLost(err) {
+				fmt.Fprintf(os.Stderr, "moat: init: no heartbeat of the supervisor for %s: killing the workload\n", cfg.SupervisorTimeout)
+			}
 			return boundary.ExitRefused
 		}
 		switch m.Op {
+		case initkit.HeartbeatOp:
+			initkit.CloseFiles(files)
 		case "start":
 			in.start(m, files)
 		default:

@@ -125,7 +125,7 @@ func hostIDs(pol *policy.Policy) (int, int, error) {
 // initConfigFor turns the policy into the init's configuration and the
 // Landlock ruleset (the port is filled in by the init).
 func initConfigFor(pol *policy.Policy, abi, gid int) (*initConfig, error) {
-	cfg := &initConfig{UID: pol.Process.UID, GID: gid, Hostname: "moat", TmpSize: int64(pol.Filesystem.TmpSize)}
+	cfg := &initConfig{UID: pol.Process.UID, GID: gid, Hostname: "moat", TmpSize: int64(pol.Filesystem.TmpSize), SupervisorTimeout: pol.Process.SupervisorWait()}
 	if cfg.TmpSize <= 0 {
 		// A tmpfs of size 0 would be unlimited: a policy built in code
 		// (not loaded) gets the default.

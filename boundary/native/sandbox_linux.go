@@ -82,6 +82,9 @@ func (sb *sandbox) readCtl() {
 				sb.egress, sb.egressPort = files[1], m.EgressPort
 			}
 			sb.mu.Unlock()
+			// Beat for as long as this process runs and the channel is
+			// open: the init kills the workload when the beats stop.
+			go sb.ctl.Heartbeats(ctlMsg{Op: initkit.HeartbeatOp}, sb.policy.Process.SupervisorWait())
 			sb.ready <- nil
 		case "error":
 			initkit.CloseFiles(files)

@@ -17,6 +17,11 @@
 //   - [StartLocked] starts the init from an OS thread that stays locked
 //     until the sandbox ends, so that the init's Pdeathsig (which fires
 //     when the thread that forked it exits) fires only when moat dies.
+//   - [Conn.Heartbeats] and [Conn.ArmHeartbeat] are the supervisor's
+//     heartbeat: the supervisor beats on the control channel while it
+//     runs; the init ends the sandbox when no message came for the
+//     policy's process.supervisor_timeout (a stopped or hung supervisor,
+//     which Pdeathsig does not catch).
 //   - [OpenStdio] turns a boundary.Process's stdio into the three
 //     descriptors a process gets, pumping readers and writers that are
 //     not files through pipes.

@@ -1,0 +1,63 @@
+package initkit
+
+import (
+	"testing"
+	"time"
+)
+
+// TestHeartbeat: an init end armed with a timeout keeps receiving while
+// the supervisor end beats (for several timeouts), and reports the
+// supervisor lost within about the timeout once no message comes.
+func TestHeartbeat(t *testing.T) {
+	sup, in := pair(t)
+	const timeout = 400 * time.Millisecond
+	go sup.Heartbeats(testMsg{Op: HeartbeatOp}, timeout)
+	// Positive control: beats for five timeouts, every Recv in time.
+	end := time.Now().Add(5 * timeout)
+	beats := 0
+	for time.Now().Before(end) {
+		if err := in.ArmHeartbeat(timeout); err != nil {
+			t.Fatal(err)
+		}
+		var m testMsg
+		if _, err := in.Recv(&m); err != nil {
+			t.Fatalf("with the supervisor beating: %v", err)
+		}
+		if m.Op != HeartbeatOp {
+			t.Fatalf("got op %q", m.Op)
+		}
+		beats++
+	}
+	if beats < 10 {
+		t.Errorf("%d beats in %s, want about 20", beats, 5*timeout)
+	}
+
+	// No beats at all (a second channel, whose supervisor end sends
+	// nothing, as a stopped supervisor): lost after the timeout.
+	_, quiet := pair(t)
+	start := time.Now()
+	if err := quiet.ArmHeartbeat(timeout); err != nil {
+		t.Fatal(err)
+	}
+	var m testMsg
+	_, err := quiet.Recv(&m)
+	if !SupervisorLost(err) {
+		t.Fatalf("silent supervisor: got %v, want a lost supervisor", err)
+	}
+	if d := time.Since(start); d < timeout || d > timeout+2*time.Second {
+		t.Errorf("lost after %s, want about %s", d, timeout)
+	}
+	// A closed channel is not a lost heartbeat but the supervisor's end.
+	if err := in.ArmHeartbeat(0); err != nil {
+		t.Fatal(err)
+	}
+	sup.Close()
+	for {
+		if _, err := in.Recv(&m); err != nil {
+			if SupervisorLost(err) || err != ErrClosed {
+				t.Errorf("closed supervisor end: got %v, want ErrClosed", err)
+			}
+			break
+		}
+	}
+}
