@@ -37,8 +37,7 @@ const benchAllowance = 1 << 30
 // benchProvider is the fake provider without per-request verification, so
 // that direct and brokered requests cost the provider the same.
 func benchProvider(b *testing.B) (*fakeProvider, *harness) {
-	fp := newFakeProvider(b, false)
-	fp.bare = true
+	fp := newBareProvider(b)
 	h := startBroker(b, fp, benchPolicy(fp.srv.URL), nil)
 	return fp, h
 }

@@ -136,10 +136,8 @@ func TestEvictSlowUploadOrder(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	h.fp.mu.Lock()
-	first := string(h.fp.reqs[0].body)
-	n := len(h.fp.reqs)
-	h.fp.mu.Unlock()
+	reqs := h.fp.requests()
+	first, n := string(reqs[0].body), len(reqs)
 	if !strings.Contains(first, "legit") || n != 9 {
 		t.Errorf("provider order: first %q of %d, want the legitimate request first of 9", first, n)
 	}
@@ -187,8 +185,7 @@ func TestEvictSlowUploadForMemory(t *testing.T) {
 //
 //	go test -run x -bench LatencyUnderSlowloris ./broker/
 func BenchmarkLatencyUnderSlowloris(b *testing.B) {
-	fp := newFakeProvider(b, false)
-	fp.bare = true
+	fp := newBareProvider(b)
 	h := startBroker(b, fp, benchPolicy(fp.srv.URL), nil)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

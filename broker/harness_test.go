@@ -3,23 +3,20 @@ package broker
 import (
 	"bufio"
 	"bytes"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/moat-sandbox/moat/audit"
+	"github.com/moat-sandbox/moat/internal/fakeprovider"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -32,6 +29,63 @@ const (
 	chatBody      = `{"model":"gpt-test","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`
 )
 
+// fakeProvider is the upstream in tests: internal/fakeprovider's server,
+// whose every request's Moat-Pre-Effect line this package's tests check as
+// it arrives (fakeprovider.VerifyPreEffect: through verify, the test
+// journal's own check that the line is signed and in the journal, then
+// the record's type and the body's hash), reporting a failure as a test
+// error.
+type fakeProvider struct {
+	t      testing.TB
+	srv    *fakeprovider.Server
+	verify func(line []byte) error // nil: structure and hash only
+	bare   bool                    // benchmarks (newBareProvider): no checks, no recording
+
+	mu      sync.Mutex
+	respond func(w http.ResponseWriter, r *http.Request, body []byte) // nil: fakeprovider.Respond
+}
+
+func newFakeProvider(t testing.TB, tlsOn bool) *fakeProvider {
+	return startFakeProvider(t, fakeprovider.Options{TLS: tlsOn})
+}
+
+// newBareProvider is the benchmarks' provider: it checks and keeps nothing.
+func newBareProvider(b testing.TB) *fakeProvider {
+	fp := startFakeProvider(b, fakeprovider.Options{NoRecord: true})
+	fp.bare = true
+	return fp
+}
+
+func startFakeProvider(t testing.TB, o fakeprovider.Options) *fakeProvider {
+	srv, err := fakeprovider.Start(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	fp := &fakeProvider{t: t, srv: srv}
+	srv.SetRespond(fp.serve)
+	return fp
+}
+
+func (fp *fakeProvider) serve(w http.ResponseWriter, r *http.Request, body []byte) {
+	if !fp.bare {
+		verify := fp.verify
+		if verify == nil {
+			verify = func([]byte) error { return nil }
+		}
+		if err := fakeprovider.VerifyPreEffect(r.Header.Values("Moat-Pre-Effect"), body, verify); err != nil {
+			fp.t.Errorf("provider: %s %s: %v", r.Method, r.URL.Path, err)
+		}
+	}
+	fp.mu.Lock()
+	respond := fp.respond
+	fp.mu.Unlock()
+	if respond == nil {
+		respond = fakeprovider.Respond
+	}
+	respond(w, r, body)
+}
+
 // seen is one request as the fake provider observed it.
 type seen struct {
 	path      string
@@ -40,84 +94,21 @@ type seen struct {
 	preEffect []byte // the decoded Moat-Pre-Effect line
 }
 
-// fakeProvider is the upstream in tests. It checks every request's
-// Moat-Pre-Effect line (signature through verify, body_sha256 against the
-// bytes it received) and records what it saw.
-type fakeProvider struct {
-	t      testing.TB
-	srv    *httptest.Server
-	verify func(line []byte) error // nil: structure and hash only
-	bare   bool                    // benchmarks: no checks, no recording
+func (fp *fakeProvider) count() int { return fp.srv.Count() }
 
-	mu      sync.Mutex
-	reqs    []seen
-	respond func(w http.ResponseWriter, r *http.Request, body []byte) // nil: defaultRespond
+func (fp *fakeProvider) last() seen { return seenOf(fp.srv.Last()) }
+
+// requests is every request so far, in order.
+func (fp *fakeProvider) requests() []seen {
+	var out []seen
+	for _, r := range fp.srv.Requests() {
+		out = append(out, seenOf(r))
+	}
+	return out
 }
 
-func newFakeProvider(t testing.TB, tlsOn bool) *fakeProvider {
-	fp := &fakeProvider{t: t}
-	fp.srv = httptest.NewUnstartedServer(http.HandlerFunc(fp.serve))
-	fp.srv.Config.ErrorLog = log.New(io.Discard, "", 0) // refused TLS handshakes are expected
-	if tlsOn {
-		fp.srv.StartTLS()
-	} else {
-		fp.srv.Start()
-	}
-	t.Cleanup(fp.srv.Close)
-	return fp
-}
-
-func (fp *fakeProvider) serve(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		fp.t.Errorf("provider: reading body: %v", err)
-		return
-	}
-	if fp.bare {
-		defaultRespond(w, r, body)
-		return
-	}
-	line, err := base64.StdEncoding.DecodeString(r.Header.Get("Moat-Pre-Effect"))
-	if err != nil || len(line) == 0 {
-		fp.t.Errorf("provider: request without a valid Moat-Pre-Effect header (%v)", err)
-	} else {
-		if fp.verify != nil {
-			if err := fp.verify(line); err != nil {
-				fp.t.Errorf("provider: Moat-Pre-Effect does not verify: %v", err)
-			}
-		}
-		p := payloadOf(fp.t, line)
-		sum := sha256.Sum256(body)
-		if got, want := p["body_sha256"], hex.EncodeToString(sum[:]); got != want {
-			fp.t.Errorf("provider: body_sha256 = %v, want sha256 of received body %s", got, want)
-		}
-		if p["type"] != audit.TypeInferenceRequested {
-			fp.t.Errorf("provider: pre-effect record type = %v, want %s", p["type"], audit.TypeInferenceRequested)
-		}
-	}
-	fp.mu.Lock()
-	fp.reqs = append(fp.reqs, seen{path: r.URL.Path, header: r.Header.Clone(), body: body, preEffect: line})
-	respond := fp.respond
-	fp.mu.Unlock()
-	if respond == nil {
-		respond = defaultRespond
-	}
-	respond(w, r, body)
-}
-
-func (fp *fakeProvider) count() int {
-	fp.mu.Lock()
-	defer fp.mu.Unlock()
-	return len(fp.reqs)
-}
-
-func (fp *fakeProvider) last() seen {
-	fp.mu.Lock()
-	defer fp.mu.Unlock()
-	if len(fp.reqs) == 0 {
-		return seen{}
-	}
-	return fp.reqs[len(fp.reqs)-1]
+func seenOf(r fakeprovider.Request) seen {
+	return seen{path: r.Path, header: r.Header, body: r.Body, preEffect: r.PreEffect}
 }
 
 func (fp *fakeProvider) setRespond(f func(w http.ResponseWriter, r *http.Request, body []byte)) {
@@ -126,46 +117,12 @@ func (fp *fakeProvider) setRespond(f func(w http.ResponseWriter, r *http.Request
 	fp.mu.Unlock()
 }
 
-// defaultRespond answers like the real APIs do, enough for the SDKs.
-func defaultRespond(w http.ResponseWriter, r *http.Request, body []byte) {
-	var req struct {
-		Model  string `json:"model"`
-		Stream bool   `json:"stream"`
-	}
-	json.Unmarshal(body, &req)
-	switch {
-	case r.URL.Path == "/v1/messages" && req.Stream:
-		w.Header().Set("Content-Type", "text/event-stream")
-		for _, ev := range anthropicStream(req.Model) {
-			io.WriteString(w, ev)
-			w.(http.Flusher).Flush()
-		}
-	case r.URL.Path == "/v1/messages":
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Request-Id", "req_fake")
-		fmt.Fprintf(w, `{"id":"msg_1","type":"message","role":"assistant","model":%q,"content":[{"type":"text","text":"hello from fake"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":3,"output_tokens":5}}`, req.Model)
-	case r.URL.Path == "/v1/chat/completions":
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":"hello from fake"},"finish_reason":"stop","logprobs":null}],"usage":{"prompt_tokens":4,"completion_tokens":6,"total_tokens":10}}`, req.Model)
-	case r.URL.Path == "/v1/responses":
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"id":"resp_1","object":"response","created_at":1700000000,"status":"completed","model":%q,"output":[{"type":"message","id":"msg_1","status":"completed","role":"assistant","content":[{"type":"output_text","text":"hello from fake","annotations":[]}]}],"usage":{"input_tokens":7,"output_tokens":8,"total_tokens":15,"input_tokens_details":{"cached_tokens":0},"output_tokens_details":{"reasoning_tokens":0}}}`, req.Model)
-	default:
-		http.Error(w, "no such path", 404)
-	}
-}
-
-func anthropicStream(model string) []string {
-	return []string{
-		"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"" + model + "\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":11,\"output_tokens\":1}}}\n\n",
-		"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
-		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"hello \"}}\n\n",
-		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"stream\"}}\n\n",
-		"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
-		"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":12}}\n\n",
-		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
-	}
-}
+// The provider's answers and its stream, for the tests that build their
+// own from them.
+var (
+	defaultRespond  = fakeprovider.Respond
+	anthropicStream = fakeprovider.AnthropicStream
+)
 
 // payloadOf decodes a journal line (a DSSE envelope) to its payload.
 func payloadOf(t testing.TB, line []byte) map[string]any {
@@ -356,3 +313,47 @@ func (h *harness) lastRecord() map[string]any {
 }
 
 var _ = bytes.Contains
+
+// errRecorder keeps what a fake provider reports instead of failing.
+type errRecorder struct {
+	testing.TB
+	mu   sync.Mutex
+	errs []string
+}
+
+func (e *errRecorder) Errorf(format string, args ...any) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.errs = append(e.errs, fmt.Sprintf(format, args...))
+}
+
+// The fake provider reports a request that does not carry a pre-effect
+// line from the journal, and not one through the broker (the control).
+func TestFakeProviderChecksPreEffect(t *testing.T) {
+	rec := &errRecorder{TB: t}
+	fp := newFakeProvider(rec, false)
+	h := startBroker(t, fp, testPolicy(fp.srv.URL, 10), nil)
+	h.mustSucceed()
+	if len(rec.errs) != 0 {
+		t.Fatalf("control: a request through the broker was reported: %q", rec.errs)
+	}
+	resp, err := http.Post(fp.srv.URL+"/v1/messages", "application/json", strings.NewReader(anthropicBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	other := newTestJournal(t)
+	line, err := other.w.Append(audit.InferenceRequested{RequestID: "r", Provider: "anthropic", Model: "claude-test", BodySHA256: fmt.Sprintf("%064x", 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", fp.srv.URL+"/v1/messages", strings.NewReader(anthropicBody))
+	req.Header.Set("Moat-Pre-Effect", base64.StdEncoding.EncodeToString(line))
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if len(rec.errs) != 2 || !strings.Contains(rec.errs[0], "0 Moat-Pre-Effect headers") || !strings.Contains(rec.errs[1], "provider: POST /v1/messages") {
+		t.Errorf("reported %q, want the missing line and the other journal's line", rec.errs)
+	}
+}

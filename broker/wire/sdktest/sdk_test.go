@@ -4,8 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"sync"
 	"testing"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -16,6 +14,7 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/moat-sandbox/moat/broker/wire"
+	"github.com/moat-sandbox/moat/internal/fakeprovider"
 	"github.com/moat-sandbox/moat/internal/strictjson"
 )
 
@@ -25,47 +24,40 @@ type captured struct {
 	body []byte
 }
 
-// recorder is a fake provider on 127.0.0.1 that records request bodies and
-// answers with an empty success, so that the SDKs do not retry.
+// recorder is internal/fakeprovider answering every request with an
+// empty success (the SDKs then do not retry): only the bodies matter.
 type recorder struct {
-	mu   sync.Mutex
-	reqs []captured
-	srv  *httptest.Server
+	srv  *fakeprovider.Server
+	seen int // requests already returned by last
 }
 
 func newRecorder(t *testing.T) *recorder {
 	t.Helper()
-	r := &recorder{}
-	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		b, err := io.ReadAll(req.Body)
-		if err != nil {
-			t.Errorf("reading request body: %v", err)
-		}
-		r.mu.Lock()
-		r.reqs = append(r.reqs, captured{req.URL.Path, b})
-		r.mu.Unlock()
+	srv, err := fakeprovider.Start(fakeprovider.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	srv.SetRespond(func(w http.ResponseWriter, req *http.Request, _ []byte) {
 		if req.Header.Get("Accept") == "text/event-stream" {
 			w.Header().Set("Content-Type", "text/event-stream")
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{}`)
-	}))
-	t.Cleanup(r.srv.Close)
-	return r
+	})
+	return &recorder{srv: srv}
 }
 
 // last returns the only request recorded since the previous call.
 func (r *recorder) last(t *testing.T) captured {
 	t.Helper()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.reqs) != 1 {
-		t.Fatalf("recorded %d requests, want 1", len(r.reqs))
+	reqs := r.srv.Requests()[r.seen:]
+	if len(reqs) != 1 {
+		t.Fatalf("recorded %d requests, want 1", len(reqs))
 	}
-	c := r.reqs[0]
-	r.reqs = nil
-	return c
+	r.seen++
+	return captured{reqs[0].Path, reqs[0].Body}
 }
 
 var weatherSchema = map[string]any{
