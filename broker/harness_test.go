@@ -233,16 +233,25 @@ type result struct {
 	closed bool // the broker closed the connection after the response
 }
 
-// raw writes raw bytes on a fresh connection and reads one response.
-func (h *harness) raw(in string) result {
+// send writes in on a fresh connection to the broker, whose whole
+// exchange has 20 s; the error is the write's.
+func (h *harness) send(in string) (net.Conn, error) {
 	h.t.Helper()
 	c, err := net.Dial("tcp", h.addr)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	defer c.Close()
 	c.SetDeadline(time.Now().Add(20 * time.Second))
-	if _, err := io.WriteString(c, in); err != nil {
+	_, err = io.WriteString(c, in)
+	return c, err
+}
+
+// raw writes raw bytes on a fresh connection and reads one response.
+func (h *harness) raw(in string) result {
+	h.t.Helper()
+	c, err := h.send(in)
+	defer c.Close()
+	if err != nil {
 		h.t.Fatalf("write: %v", err)
 	}
 	br := bufio.NewReader(c)
