@@ -173,3 +173,45 @@ func TestRootSupervisorStopKillsWorkloadGVisor(t *testing.T) {
 	testenv.Need(t, err == nil, "runsc is not installed")
 	supervisorLoss(t, "gvisor", syscall.SIGSTOP)
 }
+
+// TestSupervisorResumedAfterLoss: a supervisor stopped past the timeout
+// and then continued finds its sandbox gone: the sandbox is in Error with
+// the reason, a new exec is refused (125), the journal is closed as
+// failed and verifies, and delete works.
+func TestSupervisorResumedAfterLoss(t *testing.T) {
+	e := newEnv(t)
+	s, pid, start := heartbeatSandbox(t, e, "hb", "native")
+	// Positive control in the same setup: exec works before the loss.
+	if r := e.moat("sandbox", "exec", "hb", "--", "true"); r.code != 0 {
+		t.Fatalf("exec before the loss: %s", r)
+	}
+	if err := syscall.Kill(s.SupervisorPID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the workload's death", supervisorTimeout+15*time.Second, func() bool { return procStart(pid) != start })
+	if err := syscall.Kill(s.SupervisorPID, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	var g sbState
+	waitFor(t, "the sandbox in Error", 10*time.Second, func() bool {
+		g, _ = e.get("hb")
+		return g.Phase == "Error"
+	})
+	if !strings.Contains(g.Error, "supervisor_timeout") {
+		t.Errorf("error %q does not say why the sandbox ended", g.Error)
+	}
+	if r := e.moat("sandbox", "exec", "hb", "--", "true"); r.code != 125 {
+		t.Errorf("exec after the loss: got %s, want exit 125", r)
+	}
+	// The resumed supervisor closes the journal: complete, terminated as
+	// failed, every record verified.
+	if v := e.moat("audit", "verify", s.Journal, "--pubkey", s.PublicKey); v.code != 0 || !strings.Contains(v.stdout, "terminated: failed") {
+		t.Errorf("journal after the loss: got exit %d, want 0 and terminated: failed\n%s", v.code, v)
+	}
+	if r := e.moat("sandbox", "delete", "hb"); r.code != 0 {
+		t.Errorf("delete after the loss: %s", r)
+	}
+	if _, r := e.get("hb"); r.code == 0 {
+		t.Errorf("still there after delete: %s", r)
+	}
+}

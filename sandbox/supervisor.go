@@ -112,7 +112,9 @@ func SupervisorMain(args []string) int {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	go sv.serve(ctx)
+	initGone := watchInit(ctx, state.HostPID)
 	reason := audit.ReasonDeleted
+	var lost error
 	select {
 	case reason = <-sv.done:
 	case <-sigs:
@@ -120,6 +122,22 @@ func SupervisorMain(args []string) int {
 	case f := <-sess.Fatal():
 		reason = f.TerminalReason()
 		fmt.Fprintf(os.Stderr, "moat: supervisor %s: run cancelled: %s\n", name, f)
+	case <-initGone:
+		// The sandbox ended under the supervisor: its init exited (it
+		// does when this supervisor was stopped for longer than the
+		// policy's process.supervisor_timeout, see initkit.Heartbeats).
+		// The sandbox is in Error, its journal closed as failed.
+		reason = audit.ReasonFailed
+		lost = fmt.Errorf("the sandbox ended: its init (host pid %d) exited; a supervisor stopped for longer than process.supervisor_timeout (%s) ends it", state.HostPID, pol.Process.SupervisorWait())
+		fmt.Fprintf(os.Stderr, "moat: supervisor %s: %v\n", name, lost)
+	}
+	if lost != nil {
+		state.Phase, state.Error = boundary.PhaseError, lost.Error()
+		writeState(dir, state)
+		ln.Close()
+		sess.Close(ExitRefused, reason)
+		sv.wg.Wait()
+		return ExitRefused
 	}
 	ln.Close()
 	state.Phase = boundary.PhaseDeleting
@@ -134,6 +152,36 @@ func SupervisorMain(args []string) int {
 	writeState(dir, state)
 	sv.ackDelete()
 	return 0
+}
+
+// initGonePoll is how often the supervisor checks that its sandbox's init
+// still runs.
+const initGonePoll = 250 * time.Millisecond
+
+// watchInit returns a channel closed once the process hostPID (the
+// sandbox's init), as it was at the call (pid and start time), is gone.
+func watchInit(ctx context.Context, hostPID int) <-chan struct{} {
+	gone := make(chan struct{})
+	start := procStart(hostPID)
+	if hostPID <= 0 || start == 0 {
+		return gone // nothing to watch: never closed
+	}
+	go func() {
+		t := time.NewTicker(initGonePoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if procStart(hostPID) != start {
+					close(gone)
+					return
+				}
+			}
+		}
+	}()
+	return gone
 }
 
 type supervisor struct {
