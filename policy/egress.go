@@ -45,6 +45,8 @@ import (
 type Egress struct {
 	Hosts    []EgressHost    `yaml:"hosts,omitempty" json:"hosts,omitempty"`
 	Services []EgressService `yaml:"services,omitempty" json:"services,omitempty"`
+	// Packages are lockfile-bound package registries (packages.go).
+	Packages []PackageGrant `yaml:"packages,omitempty" json:"packages,omitempty"`
 	// MaxTunnels caps the tunnels opened in the whole run, all grants
 	// together; refused past it.
 	MaxTunnels int `yaml:"max_tunnels" json:"max_tunnels"`
@@ -123,7 +125,7 @@ const (
 var ServiceMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"}
 
 var (
-	egressKeys     = []string{"hosts", "services", "max_tunnels", "idle_timeout", "max_duration"}
+	egressKeys     = []string{"hosts", "services", "packages", "max_tunnels", "idle_timeout", "max_duration"}
 	egressHostKeys = []string{"host", "port", "max_connections", "max_bytes"}
 	serviceKeys    = []string{"name", "base_url", "credential_env", "auth", "methods", "paths", "query", "max_requests", "ca_file"}
 )
@@ -203,6 +205,9 @@ func (d *decoder) egress(n *yaml.Node, e *Egress) {
 			names[s.Name] = ip
 			e.Services = append(e.Services, s)
 		}
+	}
+	if v := f["packages"]; v != nil {
+		e.Packages = d.packages(v, "egress.packages")
 	}
 	if v := f["max_tunnels"]; v != nil {
 		if x, ok := d.limit(v, "egress.max_tunnels", 0, MaxTunnelsLimit); ok {

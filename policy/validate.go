@@ -83,6 +83,8 @@ func (d *decoder) validate(p *Policy) {
 		}
 	}
 
+	d.validatePackages(p)
+
 	// The workdir must exist inside the sandbox: /tmp itself (the private
 	// tmpfs starts empty), a directory inside a grant, or a volume.
 	wd := p.Process.Workdir
