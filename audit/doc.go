@@ -278,6 +278,30 @@
 //	{"address":"151.101.0.223","attribution":{"executable":"/usr/bin/pip","pid":4242,"sha256":"cc…cc","status":"resolved"},"grant":"pypi.org:443","host":"pypi.org","port":443,"prev":"…","run":"run-1","seq":7,"sni":"pypi.org","time":"2026-12-01T02:00:00Z","tunnel_id":"moattun_000000000000000000000001","type":"egress.opened","v":1}
 //	{"bytes_to_host":1893,"bytes_to_workload":40213,"duration_ms":412,"prev":"…","reason":"closed","run":"run-1","seq":8,"time":"2026-12-01T02:00:01Z","tunnel_id":"moattun_000000000000000000000001","type":"egress.closed","v":1}
 //
+// # Package registries
+//
+// A registry named in the policy's egress.packages is reached only
+// through the broker (plain HTTP at /pkg/<kind>/...; the broker fetches
+// from the upstream over TLS and serves only what the lockfiles pin).
+// Four record types cover it; their members, in payload (RFC 8785) order:
+//
+//	package.requested  artifact, attribution, expected (omitempty), kind, lockfile (omitempty), name, path, request_id, version (omitempty)
+//	package.completed  body_bytes, body_sha256, request_id, status
+//	package.refused    attribution, detail, kind (omitempty), method, name (omitempty), reason, request_id
+//	package.failed     detail, got (omitempty), reason, request_id, status (omitempty)
+//
+// request_id is "moatreq_" followed by 24 lowercase hex digits, fresh per
+// request. package.requested is the pre-effect record: it is appended and
+// fsynced before anything is fetched. artifact is "tarball" (name,
+// version, the lockfile's expected digest in its own form, npm's
+// "sha512-<base64>", and the lockfile that pins it) or "metadata" (an
+// npm packument, served filtered to the pinned versions). path is the
+// path fetched below the upstream. A tarball whose bytes do not match
+// expected is not served: package.failed, reason package_digest_mismatch,
+// got the digest of the bytes received. package.refused: nothing was
+// fetched (a name or version no lockfile pins, a publish, a method other
+// than GET or HEAD). These records count in no member of run.terminated.
+//
 // # Approvals
 //
 // A request matching one of the policy's approvals.rules is held until an

@@ -46,6 +46,10 @@ func WriteTimeline(w io.Writer, journal []byte) {
 			mark, typ = "!!", "FAILED "+typ
 		case EgressRefused:
 			mark, typ = "!!", "REFUSED "+typ
+		case PackageRefused:
+			mark, typ = "!!", "REFUSED "+typ
+		case PackageFailed:
+			mark, typ = "!!", "FAILED "+typ
 		case ApprovalSubstitution:
 			mark, typ = "!!", "SUBSTITUTION "+typ
 		case BoundaryConfirmed:
@@ -142,6 +146,8 @@ func Describe(r Record) string {
 		return describeService(r)
 	case EgressOpened, EgressClosed, EgressRefused:
 		return describeEgress(r)
+	case PackageRequested, PackageCompleted, PackageRefused, PackageFailed:
+		return describePackage(r)
 	case ApprovalRequested, ApprovalDecided, ApprovalSubstitution:
 		return describeApproval(r)
 	case BudgetUpdated:
