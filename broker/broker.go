@@ -101,6 +101,9 @@ type Config struct {
 	// Services, when set, serves every path under ServicesPathPrefix
 	// (/svc/): the policy's egress.services (service.go).
 	Services *Services
+	// Packages, when set, serves every path under PackagesPathPrefix
+	// (/pkg/): the policy's egress.packages (packages.go).
+	Packages *Packages
 	// Egress, when set, is the egress port's grants and guard
 	// (egress.go): ServeEgress accepts CONNECT tunnels to granted hosts.
 	Egress *Egress
@@ -629,6 +632,9 @@ func (b *Broker) handle(x *exchange, req *request) bool {
 	}
 	if b.cfg.Services != nil && strings.HasPrefix(req.path, ServicesPathPrefix) {
 		return b.serveService(x, req)
+	}
+	if b.cfg.Packages != nil && strings.HasPrefix(req.path, PackagesPathPrefix) {
+		return b.servePackage(x, req)
 	}
 	rt, ok := b.routes[req.path]
 	if !ok {
