@@ -84,46 +84,13 @@ func VerifyBundlePinned(dir string, pins Pins) (res VerifyResult) {
 		}
 	}()
 
-	// Manifest.
-	mb, err := readCapped(filepath.Join(dir, FileManifest), MaxReportBytes)
-	if err != nil {
-		bad("manifest: %v", err)
+	files, ok := verifyManifest(dir, pins, &res, bad)
+	if !ok {
 		return res
 	}
-	ms := sha256.Sum256(mb)
-	res.ManifestSHA256 = hex.EncodeToString(ms[:])
-	if pins.ManifestSHA256 != "" && !strings.EqualFold(pins.ManifestSHA256, res.ManifestSHA256) {
-		bad("manifest sha256 %s is not the pinned %s", res.ManifestSHA256, pins.ManifestSHA256)
-	}
-	var man Manifest
-	if err := decodeStrict(mb, &man); err != nil {
-		bad("manifest: %v", err)
+	if isFaultsBundle(dir) {
+		verifyFaultsBundle(dir, pins, files, &res, bad)
 		return res
-	}
-	if man.Version != 1 {
-		bad("manifest version %d, want 1", man.Version)
-	}
-	files, err := hashTree(dir)
-	if err != nil {
-		bad("bundle: %v", err)
-		return res
-	}
-	for _, name := range sortedNames(files) {
-		want, ok := man.Files[name]
-		switch {
-		case !ok:
-			bad("%s: not in the manifest", name)
-		case want != files[name]:
-			bad("%s: sha256 %s, manifest says %s", name, files[name], want)
-		}
-	}
-	for _, name := range sortedNames(man.Files) {
-		if _, ok := files[name]; !ok {
-			bad("%s: in the manifest but missing", name)
-		}
-	}
-	if want, err := manifestBytes(files); err == nil && !bytes.Equal(mb, want) && reflect.DeepEqual(man.Files, files) {
-		bad("manifest.json: not in the form moat writes (indented JSON, sorted names, one final LF)")
 	}
 
 	// Report and its signature.
@@ -204,14 +171,68 @@ func VerifyBundlePinned(dir string, pins Pins) (res VerifyResult) {
 	return res
 }
 
+// verifyManifest checks manifest.json against the pin and the files under
+// dir, and returns their hashes; false when the bundle cannot be read.
+func verifyManifest(dir string, pins Pins, res *VerifyResult, bad func(string, ...any)) (map[string]string, bool) {
+	// Manifest.
+	mb, err := readCapped(filepath.Join(dir, FileManifest), MaxReportBytes)
+	if err != nil {
+		bad("manifest: %v", err)
+		return nil, false
+	}
+	ms := sha256.Sum256(mb)
+	res.ManifestSHA256 = hex.EncodeToString(ms[:])
+	if pins.ManifestSHA256 != "" && !strings.EqualFold(pins.ManifestSHA256, res.ManifestSHA256) {
+		bad("manifest sha256 %s is not the pinned %s", res.ManifestSHA256, pins.ManifestSHA256)
+	}
+	var man Manifest
+	if err := decodeStrict(mb, &man); err != nil {
+		bad("manifest: %v", err)
+		return nil, false
+	}
+	if man.Version != 1 {
+		bad("manifest version %d, want 1", man.Version)
+	}
+	files, err := hashTree(dir)
+	if err != nil {
+		bad("bundle: %v", err)
+		return nil, false
+	}
+	for _, name := range sortedNames(files) {
+		want, ok := man.Files[name]
+		switch {
+		case !ok:
+			bad("%s: not in the manifest", name)
+		case want != files[name]:
+			bad("%s: sha256 %s, manifest says %s", name, files[name], want)
+		}
+	}
+	for _, name := range sortedNames(man.Files) {
+		if _, ok := files[name]; !ok {
+			bad("%s: in the manifest but missing", name)
+		}
+	}
+	if want, err := manifestBytes(files); err == nil && !bytes.Equal(mb, want) && reflect.DeepEqual(man.Files, files) {
+		bad("manifest.json: not in the form moat writes (indented JSON, sorted names, one final LF)")
+	}
+
+	return files, true
+}
+
 func verifyReportSignature(dir string, rb []byte, rep *Report, bad func(string, ...any)) {
-	pub, err := parsePublicKeyPEM([]byte(rep.SuitePublicKey))
+	verifySignedBy(dir, rb, rep.SuitePublicKey, rep.SuiteKeyID, bad)
+}
+
+// verifySignedBy checks that report.dsse.json signs exactly rb with the
+// suite key pubPEM, whose keyid is keyID.
+func verifySignedBy(dir string, rb []byte, pubPEM, keyID string, bad func(string, ...any)) {
+	pub, err := parsePublicKeyPEM([]byte(pubPEM))
 	if err != nil {
 		bad("report: suite public key: %v", err)
 		return
 	}
-	if keyIDOf(pub) != rep.SuiteKeyID {
-		bad("report: suite_keyid %s is not the key's %s", rep.SuiteKeyID, keyIDOf(pub))
+	if keyIDOf(pub) != keyID {
+		bad("report: suite_keyid %s is not the key's %s", keyID, keyIDOf(pub))
 	}
 	db, err := readCapped(filepath.Join(dir, FileReportDSSE), MaxReportBytes)
 	if err != nil {

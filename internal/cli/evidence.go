@@ -32,8 +32,9 @@ func newEvidenceCmd() *cobra.Command {
 func newEvidenceRunCmd() *cobra.Command {
 	var o evidence.Options
 	var output *outputFlag
+	var suite string
 	cmd := &cobra.Command{
-		Use:   "run --out DIR [--case NAME]… [--backend B] [--probe F] [--expected-probe-sha256 H] [--binary F] [--expected-binary-sha256 H] [--hooks-binary F] [--source-commit C] [-o json|yaml]",
+		Use:   "run --out DIR [--suite containment|faults] [--case NAME]… [--backend B] [--probe F] [--expected-probe-sha256 H] [--binary F] [--expected-binary-sha256 H] [--hooks-binary F] [--source-commit C] [-o json|yaml]",
 		Short: "Run the containment evidence suite and write a signed bundle",
 		Long: `Run the fixed hostile probe (moat-probe) in real sandboxes, one case at a
 time, against a synthetic provider and host receivers that the sandbox
@@ -52,16 +53,27 @@ moat_test_hooks (--hooks-binary, default $MOAT_HOOKS_BIN), whose guard can
 be told that the case's loopback registry is global; this binary has no
 such setting. Without it that case is invalid.
 
+--suite faults runs the second report instead (moat-faults-evidence, its
+own bundle, never merged into the containment count): the supervisor of a
+moat sandbox is stopped (SIGSTOP) or killed (SIGKILL) after a healthy
+supervisor kept the workload alive past twice process.supervisor_timeout;
+the workload's death is observed from the host by pid and start time, and
+the journal must be an intact prefix. Its cases: ` + joinNames(evidence.FaultCaseNames()) + `.
+
 Cases: ` + joinNames(evidence.CaseNames()),
 		Example: `  CGO_ENABLED=0 go build -o bin/moat-probe ./cmd/moat-probe && go build -o bin/moat ./cmd/moat
   go build -tags moat_test_hooks -o bin/moat-hooks ./cmd/moat   # runs the egress case alone
   sudo bin/moat evidence run --out /var/tmp/moat-evidence --hooks-binary bin/moat-hooks
   bin/moat evidence run --out ./ev --case direct-network --case provider-redirect
-  bin/moat evidence run --out ./ev -o json | jq .manifest_sha256`,
+  bin/moat evidence run --out ./ev -o json | jq .manifest_sha256
+  bin/moat evidence run --suite faults --out ./faults && bin/moat evidence verify ./faults`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.Out == "" {
 				return exitf(ExitRefused, "evidence run: --out DIR is required")
+			}
+			if suite != "containment" && suite != "faults" {
+				return exitf(ExitRefused, "evidence run: --suite %q: want containment or faults", suite)
 			}
 			if o.Binary == "" {
 				// The backends of this binary are the ones the suite runs.
@@ -96,6 +108,9 @@ Cases: ` + joinNames(evidence.CaseNames()),
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if suite == "faults" {
+				return runFaultsSuite(ctx, cmd, o, output)
+			}
 			res, err := evidence.Run(ctx, o)
 			if err != nil {
 				var he *evidence.HarnessError
@@ -137,6 +152,7 @@ Cases: ` + joinNames(evidence.CaseNames()),
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&suite, "suite", "containment", "containment (the hostile probe) or faults (supervisor loss: a second report in its own bundle)")
 	f.StringVar(&o.Out, "out", "", "new directory for the bundle (must not lie inside anything the sandbox can see)")
 	f.StringArrayVar(&o.Cases, "case", nil, "run only this case (repeatable); the bundle is then a subset, never full qualification")
 	f.StringVar(&o.Backend, "backend", "", "backend to test (default: the policy default, native)")
@@ -162,7 +178,10 @@ file added, none missing), the report's DSSE signature by the suite key that
 report.json names, the case files that the signed report lists, report.md
 regenerated from report.json, the planned case list, every journal against
 its pinned run key, every provider event against the signed records, and
-every outcome recomputed from the raw observations.
+every outcome recomputed from the raw observations. A faults bundle
+(moat evidence run --suite faults; report.json names the suite
+moat-faults-evidence) is recognized and checked the same way, its outcomes
+recomputed from each case's host.json, journal and key.
 
 A bundle is only as authentic as its suite key: anyone can edit a bundle,
 recompute its outcomes and re-sign it with a fresh key, and it is then
@@ -179,7 +198,8 @@ Exit codes:
   3  unpinned: with --require-pin, a bundle that would exit 0 or 2 but was
      checked without a pin`,
 		Example: `  moat evidence verify /var/tmp/moat-evidence --suite-key-fingerprint 5d0e…(64 hex digits) --manifest-sha256 3f1c…(64 hex digits)
-  moat evidence verify ./ev --suite-key-fingerprint 5d0e… --require-pin -o json`,
+  moat evidence verify ./ev --suite-key-fingerprint 5d0e… --require-pin -o json
+  moat evidence verify ./faults   # a --suite faults bundle`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
@@ -246,4 +266,34 @@ type evidenceRunJSON struct {
 	BinaryUnchanged bool                `json:"binary_unchanged"`
 	Source          evidence.SourceInfo `json:"source"`
 	ExitCode        int                 `json:"exit_code"`
+}
+
+// runFaultsSuite is moat evidence run --suite faults.
+func runFaultsSuite(ctx context.Context, cmd *cobra.Command, o evidence.Options, output *outputFlag) error {
+	res, err := evidence.RunFaults(ctx, o)
+	if err != nil {
+		return exitf(ExitRefused, "evidence run: %v", err)
+	}
+	r := res.Report
+	code := 0
+	if !r.Binary.Unchanged || r.Summary.Pass != len(r.Cases) {
+		code = ExitInvalid
+	}
+	if output.machine() {
+		if err := output.write(cmd.OutOrStdout(), evidenceRunJSON{
+			Bundle: o.Out, Complete: r.Complete, Summary: r.Summary, ManifestSHA256: res.ManifestSHA256,
+			SuiteKeyID: r.SuiteKeyID, SuitePublicKey: string(res.SuitePublicKey),
+			BinaryUnchanged: r.Binary.Unchanged, ExitCode: code,
+		}); err != nil {
+			return err
+		}
+		return exitCode(code)
+	}
+	w := cmd.OutOrStdout()
+	fmt.Fprintf(w, "\nfaults: %d pass, %d fail, %d invalid; bundle %s\nmanifest sha256: %s\nsuite key fingerprint (keyid): %s\n", r.Summary.Pass, r.Summary.Fail, r.Summary.Invalid, o.Out, res.ManifestSHA256, r.SuiteKeyID)
+	fmt.Fprintf(w, "Pin both outside the bundle; check it with:\n  moat evidence verify %s --suite-key-fingerprint %s --manifest-sha256 %s\n", o.Out, r.SuiteKeyID, res.ManifestSHA256)
+	if !r.Binary.Unchanged {
+		fmt.Fprintf(w, "FAILED: the moat binary changed during the run\n")
+	}
+	return exitCode(code)
 }
