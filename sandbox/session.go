@@ -460,6 +460,10 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[strin
 	if err != nil {
 		return err
 	}
+	pkgs, err := s.openPackages(stderr)
+	if err != nil {
+		return err
+	}
 	var eg *broker.Egress
 	var eln net.Listener
 	if egressOn {
@@ -468,7 +472,7 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[strin
 		}
 	}
 	brk, err := broker.New(broker.Config{
-		Policy: pol, Journal: s.w, Attributor: sb.Attributor(), Tools: gw, Services: svc, Egress: eg,
+		Policy: pol, Journal: s.w, Attributor: sb.Attributor(), Tools: gw, Services: svc, Packages: pkgs, Egress: eg,
 		AttributionUnavailable: sb.Mechanisms().AttributionUnavailable,
 		Credentials:            creds,
 		Log:                    s.log,
@@ -524,6 +528,7 @@ func (s *Session) env(terminal bool) []string {
 	extra := broker.WorkloadEnv(s.BrokerPort, s.pol)
 	extra = append(extra, toolEnv(s.BrokerPort, s.pol)...)
 	extra = append(extra, serviceEnv(s.pol)...)
+	extra = append(extra, packageEnv(s.BrokerPort, s.pol)...)
 	extra = append(extra, egressEnv(s.EgressPort, s.pol)...)
 	if _, own := s.pol.Process.Env["TERM"]; terminal && s.term != "" && !own {
 		extra = append(extra, "TERM="+s.term)

@@ -1,0 +1,92 @@
+package sandbox
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/moat-sandbox/moat/broker"
+	"github.com/moat-sandbox/moat/policy"
+)
+
+// Lockfile-bound package registries (the policy's egress.packages): the
+// broker serves /pkg/<kind>/ on its loopback port, admitting only what
+// the lockfiles pin. The lockfiles are read here, once, when the sandbox
+// starts (opened without following any symlink, openLockfile), checked
+// against the digests the policy pins and parsed; a lockfile the
+// workload edits later changes nothing in this run. The workload's npm
+// is pointed at the broker:
+//
+//	npm_config_registry=http://127.0.0.1:PORT/pkg/npm/
+//	npm_config_replace_registry_host=always   # every resolved URL goes to the broker
+//	npm_config_audit=false                    # no advisory uploads (refused anyway)
+//	npm_config_update_notifier=false          # npm's own version check is not pinned
+const npmRegistryPath = broker.PackagesPathPrefix + policy.PackageNPM + "/"
+
+// packageEnv is the workload's npm variables when the policy grants npm.
+func packageEnv(port int, pol *policy.Policy) []string {
+	for _, g := range pol.Egress.Packages {
+		if g.Kind == policy.PackageNPM {
+			return []string{
+				"npm_config_registry=http://127.0.0.1:" + strconv.Itoa(port) + npmRegistryPath,
+				"npm_config_replace_registry_host=always",
+				"npm_config_audit=false",
+				"npm_config_update_notifier=false",
+			}
+		}
+	}
+	return nil
+}
+
+// readLockfiles reads and parses every lockfile of the policy's package
+// grants. A lockfile whose sha256 the policy pins must have it; with
+// lockfile_trust: workspace a notice saying that the workload controls
+// what is admitted is written to notice.
+func readLockfiles(pol *policy.Policy, notice io.Writer) ([]broker.NPMPin, error) {
+	var pins []broker.NPMPin
+	for i, g := range pol.Egress.Packages {
+		if g.Kind != policy.PackageNPM {
+			return nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: kind %q is not served", i, g.Kind)}
+		}
+		for _, lf := range g.Lockfiles {
+			data, err := openLockfile(lf, broker.MaxLockfileBytes)
+			if err != nil {
+				return nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: lockfile %s: %v", i, lf, err)}
+			}
+			sum := sha256.Sum256(data)
+			got := hex.EncodeToString(sum[:])
+			if want, ok := g.PinnedDigest(lf); ok && want != got {
+				return nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: lockfile %s has sha256 %s, but the policy pins %s: it changed since the policy was written; review the change, then pin the new digest in lockfile_sha256", i, lf, got, want)}
+			}
+			if g.LockfileTrust == policy.TrustWorkspace && notice != nil {
+				fmt.Fprintf(notice, "moat: egress.packages[%d]: lockfile_trust is workspace: %s (sha256 %s) decides which npm packages this run admits, and the workload may have written it\n", i, lf, got)
+			}
+			p, err := broker.ParseNPMLockfile(lf, data)
+			if err != nil {
+				return nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: %v", i, err)}
+			}
+			pins = append(pins, p...)
+		}
+	}
+	return pins, nil
+}
+
+// openPackages builds the broker's package route; nil (/pkg/ refused like
+// any unknown path) when the policy grants no registry.
+func (s *Session) openPackages(notice io.Writer) (*broker.Packages, error) {
+	if len(s.pol.Egress.Packages) == 0 {
+		return nil, nil
+	}
+	pins, err := readLockfiles(s.pol, notice)
+	if err != nil {
+		return nil, err
+	}
+	pk, err := broker.NewPackages(broker.PackagesConfig{Grants: s.pol.Egress.Packages, NPM: pins,
+		BaseURL: "http://127.0.0.1:" + strconv.Itoa(s.BrokerPort), Dial: newEgressGuard().DialContext})
+	if err != nil {
+		return nil, &RefusedError{Msg: err.Error()}
+	}
+	return pk, nil
+}

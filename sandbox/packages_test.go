@@ -1,0 +1,87 @@
+package sandbox
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/base64"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/moat-sandbox/moat/policy"
+)
+
+func testLockfile(t *testing.T, dir string) (string, string) {
+	t.Helper()
+	s := sha512.Sum512([]byte("tgz"))
+	data := []byte(`{"lockfileVersion":3,"packages":{"node_modules/left-pad":{"version":"1.3.0","resolved":"https://registry.npmjs.org/left-pad/-/left-pad-1.3.0.tgz","integrity":"sha512-` +
+		base64.StdEncoding.EncodeToString(s[:]) + `"}}}`)
+	p := filepath.Join(dir, "package-lock.json")
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	return p, hex.EncodeToString(sum[:])
+}
+
+func npmPolicy(lf, trust string, pinned map[string]string) *policy.Policy {
+	return &policy.Policy{Egress: policy.Egress{Packages: []policy.PackageGrant{{Kind: policy.PackageNPM, Upstream: policy.DefaultNPMUpstream,
+		Lockfiles: []string{lf}, LockfileTrust: trust, LockfileSHA256: pinned, MaxRequests: 10}}}}
+}
+
+// TestReadLockfiles: the pinned digest is checked at start (an edited
+// lockfile refuses the run; the unedited one is read: control), a
+// symlink anywhere in the path is refused (the real path: control), and
+// lockfile_trust: workspace is announced.
+func TestReadLockfiles(t *testing.T) {
+	dir := t.TempDir()
+	lf, sum := testLockfile(t, dir)
+	pins, err := readLockfiles(npmPolicy(lf, policy.TrustPinned, map[string]string{lf: sum}), nil)
+	if err != nil || len(pins) != 1 || pins[0].Name != "left-pad" || pins[0].Lockfile != lf {
+		t.Fatalf("control: %v %+v", err, pins)
+	}
+	// The workload edits the lockfile (adds a package) after the policy
+	// pinned it.
+	b, _ := os.ReadFile(lf)
+	os.WriteFile(lf, bytes.Replace(b, []byte(`"packages":{`), []byte(`"packages":{"node_modules/evil":{"version":"1.0.0","resolved":"https://registry.npmjs.org/evil/-/evil-1.0.0.tgz","integrity":"sha512-`+strings.Repeat("A", 86)+`=="},`), 1), 0o644)
+	if _, err := readLockfiles(npmPolicy(lf, policy.TrustPinned, map[string]string{lf: sum}), nil); err == nil || !strings.Contains(err.Error(), "the policy pins "+sum) {
+		t.Errorf("edited lockfile: %v", err)
+	}
+	// Symlinks: the final component, and a directory on the way.
+	lf2, _ := testLockfile(t, t.TempDir())
+	link := filepath.Join(dir, "link.json")
+	os.Symlink(lf2, link)
+	linkDir := filepath.Join(dir, "linkdir")
+	os.Symlink(filepath.Dir(lf2), linkDir)
+	for _, p := range []string{link, filepath.Join(linkDir, "package-lock.json")} {
+		if _, err := readLockfiles(npmPolicy(p, policy.TrustWorkspace, nil), nil); err == nil || !strings.Contains(err.Error(), "symlink") {
+			t.Errorf("%s: %v, want a symlink refusal", p, err)
+		}
+	}
+	var notice bytes.Buffer
+	if _, err := readLockfiles(npmPolicy(lf2, policy.TrustWorkspace, nil), &notice); err != nil {
+		t.Fatalf("control through the real path: %v", err)
+	}
+	if !strings.Contains(notice.String(), "lockfile_trust is workspace") || !strings.Contains(notice.String(), lf2) {
+		t.Errorf("notice %q", notice.String())
+	}
+	// A malformed lockfile refuses the run.
+	os.WriteFile(lf2, []byte(`{"lockfileVersion":1}`), 0o644)
+	if _, err := readLockfiles(npmPolicy(lf2, policy.TrustWorkspace, nil), nil); err == nil || !strings.Contains(err.Error(), "lockfileVersion 1") {
+		t.Errorf("v1 lockfile: %v", err)
+	}
+}
+
+func TestPackageEnv(t *testing.T) {
+	env := packageEnv(4242, npmPolicy("/x", policy.TrustPinned, nil))
+	if !slices.Contains(env, "npm_config_registry=http://127.0.0.1:4242/pkg/npm/") || !slices.Contains(env, "npm_config_replace_registry_host=always") {
+		t.Errorf("env %v", env)
+	}
+	if env := packageEnv(4242, &policy.Policy{}); env != nil {
+		t.Errorf("no grant: %v", env)
+	}
+}
