@@ -65,7 +65,9 @@ func RunFaults(ctx context.Context, o Options) (*FaultsResult, error) {
 	if err := os.MkdirAll(filepath.Join(out, CasesDir), 0o755); err != nil {
 		return nil, &HarnessError{Err: err}
 	}
-	scratch, err := os.MkdirTemp("", "moat-faults-")
+	// Short names: the sandbox's control socket lies under the state
+	// directory, and a unix socket path is at most 107 bytes.
+	scratch, err := os.MkdirTemp("", "mf-")
 	if err != nil {
 		return nil, &HarnessError{Err: err}
 	}
@@ -88,7 +90,7 @@ func RunFaults(ctx context.Context, o Options) (*FaultsResult, error) {
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			return nil, &HarnessError{Err: err}
 		}
-		h := runFaultCase(ctx, o.Binary, filepath.Join(scratch, name), dir, c)
+		h := runFaultCase(ctx, o.Binary, filepath.Join(scratch, strconv.Itoa(i)), dir, c)
 		hb, err := json.MarshalIndent(h, "", "  ")
 		if err != nil {
 			return nil, &HarnessError{Err: err}
@@ -166,7 +168,7 @@ func runFaultCase(ctx context.Context, bin, work, dir string, c FaultCase) (h Fa
 		}
 		return b.String(), 0
 	}
-	name := "faults-" + c.Name
+	name := "f" + filepath.Base(work)
 	if out, code := moat("sandbox", "create", "--name", name, "--policy", pol); code != 0 {
 		h.Precondition = fmt.Sprintf("moat sandbox create exited %d: %.400s", code, out)
 		return h
