@@ -83,7 +83,8 @@ type PackagesConfig struct {
 	BaseURL string
 	// Dial is the SSRF guard's dialer (required; see ServicesConfig.Dial).
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
-	// RootCAs verifies the upstreams' certificates; nil: the system's.
+	// RootCAs verifies the upstreams' certificates; nil: the system's
+	// roots plus the grant's ca_file.
 	RootCAs *x509.CertPool
 }
 
@@ -110,16 +111,25 @@ func NewPackages(cfg PackagesConfig) (*Packages, error) {
 	if u, err := url.Parse(cfg.BaseURL); err != nil || u.Scheme != "http" || u.Host == "" || u.Path != "" {
 		return nil, fmt.Errorf("moat: broker: packages: base URL %q must be http://host:port", cfg.BaseURL)
 	}
-	roots := cfg.RootCAs
-	if roots == nil {
-		var err error
-		if roots, err = x509.SystemCertPool(); err != nil || roots == nil {
-			roots = x509.NewCertPool()
-		}
-	}
 	p := &Packages{}
 	for i := range cfg.Grants {
 		g := &cfg.Grants[i]
+		roots := cfg.RootCAs
+		if roots == nil {
+			var err error
+			if roots, err = x509.SystemCertPool(); err != nil || roots == nil {
+				roots = x509.NewCertPool()
+			}
+			if g.CAFile != "" {
+				pem, err := readCapped(g.CAFile, maxCAFileBytes)
+				if err != nil {
+					return nil, fmt.Errorf("moat: broker: packages: ca_file: %w", err)
+				}
+				if !roots.AppendCertsFromPEM(pem) {
+					return nil, fmt.Errorf("moat: broker: packages: ca_file %q holds no PEM certificate", g.CAFile)
+				}
+			}
+		}
 		if g.Kind != policy.PackageNPM {
 			return nil, fmt.Errorf("moat: broker: packages: kind %q is not served", g.Kind)
 		}

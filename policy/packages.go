@@ -23,6 +23,7 @@ import (
 //	      lockfiles: [package-lock.json]         # read once, when the sandbox starts
 //	      lockfile_trust: pinned                 # pinned (default) | workspace
 //	      lockfile_sha256: {package-lock.json: "<hex>"}
+//	      ca_file: mirror-ca.pem                 # optional: roots for a private mirror
 //
 // Lockfile trust: a lockfile inside a read_write grant is written by the
 // workload, so one run could widen what the next admits. Such a lockfile
@@ -39,6 +40,9 @@ type PackageGrant struct {
 	// lower-case hex sha256 its bytes must have when the sandbox starts.
 	LockfileSHA256 map[string]string `yaml:"lockfile_sha256,omitempty" json:"lockfile_sha256,omitempty"`
 	MaxRequests    int               `yaml:"max_requests" json:"max_requests"`
+	// CAFile adds PEM certificates to the system's roots for the upstream
+	// (a private mirror); empty: the system's roots only.
+	CAFile string `yaml:"ca_file,omitempty" json:"ca_file,omitempty"`
 }
 
 // Package kinds, trust modes and limits.
@@ -56,7 +60,7 @@ const (
 // PackageKinds are the registry kinds moat serves.
 var PackageKinds = []string{PackageNPM}
 
-var packageKeys = []string{"kind", "upstream", "lockfiles", "lockfile_trust", "lockfile_sha256", "max_requests"}
+var packageKeys = []string{"kind", "upstream", "lockfiles", "lockfile_trust", "lockfile_sha256", "max_requests", "ca_file"}
 
 // PinnedDigest returns the sha256 the policy pins for lockfile, if any.
 func (g *PackageGrant) PinnedDigest(lockfile string) (string, bool) {
@@ -151,6 +155,16 @@ func (d *decoder) packageGrant(n *yaml.Node, ip string) (PackageGrant, bool) {
 	if v := f["max_requests"]; v != nil {
 		if x, ok := d.limit(v, ip+".max_requests", 0, MaxPackageRequestsLimit); ok {
 			g.MaxRequests = x
+		}
+	}
+	if v := f["ca_file"]; v != nil {
+		if p, ok := d.path(v, ip+".ca_file"); ok {
+			g.CAFile = p
+			if st, err := os.Stat(p); err != nil {
+				d.add(v, CodeNotFound, ip+".ca_file", "%s: %s", p, errText(err))
+			} else if !st.Mode().IsRegular() {
+				d.add(v, CodeBadValue, ip+".ca_file", "%s is not a regular file", p)
+			}
 		}
 	}
 	return g, len(d.probs) == nprobs

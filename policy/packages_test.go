@@ -105,6 +105,8 @@ func TestPackagesRefused(t *testing.T) {
 		{"{kind: npm, lockfiles: [data/package-lock.json], lockfile_sha256: {data/other.json: " + strings.Repeat("a", 64) + "}}", CodeBadValue, "egress.packages[0].lockfile_sha256.data/other.json"},
 		{"{kind: npm, lockfiles: [data/package-lock.json]}, {kind: npm, lockfiles: [data/package-lock.json]}", CodeDuplicate, "egress.packages[1].kind"},
 		{"{kind: pypi, lockfiles: [data/package-lock.json]}", CodeBadValue, "egress.packages[0].kind"},
+		{"{kind: npm, lockfiles: [data/package-lock.json], ca_file: data/none.pem}", CodeNotFound, "egress.packages[0].ca_file"},
+		{"{kind: npm, lockfiles: [data/package-lock.json], ca_file: data}", CodeBadValue, "egress.packages[0].ca_file"},
 	} {
 		_, pe := f.parse(t, "version: 1\negress: {packages: ["+c.y+"]}\n")
 		if pe == nil || !pe.Has(c.code, c.path) {
@@ -112,7 +114,7 @@ func TestPackagesRefused(t *testing.T) {
 		}
 	}
 	// Control: the well-formed grant loads.
-	if _, pe := f.parse(t, "version: 1\negress: {packages: [{kind: npm, lockfiles: [data/package-lock.json], lockfile_sha256: {data/package-lock.json: "+strings.Repeat("a", 64)+"}}]}\n"); pe != nil {
+	if _, pe := f.parse(t, "version: 1\negress: {packages: [{kind: npm, ca_file: data/package-lock.json, lockfiles: [data/package-lock.json], lockfile_sha256: {data/package-lock.json: "+strings.Repeat("a", 64)+"}}]}\n"); pe != nil {
 		t.Errorf("control: %v", pe)
 	}
 }
