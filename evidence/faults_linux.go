@@ -154,7 +154,7 @@ func runFaultCase(ctx context.Context, bin, work, dir string, c FaultCase) (h Fa
 		h.Precondition = err.Error()
 		return h
 	}
-	moat := func(args ...string) (string, int) {
+	moatCtx := func(ctx context.Context, args ...string) (string, int) {
 		cmd := exec.CommandContext(ctx, bin, args...)
 		cmd.Dir, cmd.Env = work, append(os.Environ(), "MOAT_STATE_DIR="+state)
 		var b capBuffer
@@ -168,6 +168,7 @@ func runFaultCase(ctx context.Context, bin, work, dir string, c FaultCase) (h Fa
 		}
 		return b.String(), 0
 	}
+	moat := func(args ...string) (string, int) { return moatCtx(ctx, args...) }
 	name := "f" + filepath.Base(work)
 	if out, code := moat("sandbox", "create", "--name", name, "--policy", pol); code != 0 {
 		h.Precondition = fmt.Sprintf("moat sandbox create exited %d: %.400s", code, out)
@@ -184,7 +185,10 @@ func runFaultCase(ctx context.Context, bin, work, dir string, c FaultCase) (h Fa
 		if sv.SupervisorPID > 0 && procStartTime(sv.SupervisorPID) == svStart {
 			syscall.Kill(sv.SupervisorPID, syscall.SIGKILL)
 		}
-		moat("sandbox", "delete", name)
+		// Even when the run was interrupted.
+		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		moatCtx(dctx, "sandbox", "delete", name)
 	}()
 	marker := "moat-faults-" + randHex(8)
 	ex := exec.Command(bin, "sandbox", "exec", name, "--", "sh", "-c", "sleep 300 # "+marker)
@@ -220,6 +224,10 @@ func runFaultCase(ctx context.Context, bin, work, dir string, c FaultCase) (h Fa
 	for ms()-h.ReadyMS < 2*h.SupervisorTimeoutMS+500 && ctx.Err() == nil {
 		h.Samples = append(h.Samples, sample())
 		time.Sleep(250 * time.Millisecond)
+	}
+	if ctx.Err() != nil {
+		h.Precondition = "interrupted"
+		return h
 	}
 	sig := map[string]syscall.Signal{"SIGSTOP": syscall.SIGSTOP, "SIGKILL": syscall.SIGKILL}[c.Signal]
 	h.SignalMS = ms()

@@ -80,6 +80,9 @@ func TestEvidenceFaultsSuite(t *testing.T) {
 	if _, se, code := runMoat(t, moat, "evidence", "run", "--suite", "nope", "--out", filepath.Join(t.TempDir(), "x")); code != 125 || !strings.Contains(se, "--suite") {
 		t.Fatalf("--suite nope: exit %d\n%s", code, se)
 	}
+	if _, se, code := runMoat(t, moat, "evidence", "run", "--suite", "faults", "--backend", "gvisor", "--out", filepath.Join(t.TempDir(), "x")); code != 125 || !strings.Contains(se, "native backend") {
+		t.Fatalf("--suite faults --backend gvisor: exit %d\n%s", code, se)
+	}
 }
 
 // TestEvidenceFaultsSubset: one case is a subset bundle (verify exit 2).

@@ -75,6 +75,9 @@ Cases: ` + joinNames(evidence.CaseNames()),
 			if suite != "containment" && suite != "faults" {
 				return exitf(ExitRefused, "evidence run: --suite %q: want containment or faults", suite)
 			}
+			if suite == "faults" && (o.Backend != "" && o.Backend != "native" || o.HooksBinary != "" || o.Probe != "" || o.ExpectedProbeSHA256 != "") {
+				return exitf(ExitRefused, "evidence run: --suite faults runs moat sandbox on the native backend, without the probe or the hooks binary; drop --backend, --probe, --expected-probe-sha256 and --hooks-binary")
+			}
 			if o.Binary == "" {
 				// The backends of this binary are the ones the suite runs.
 				if err := checkBackend(o.Backend); err != nil {
