@@ -1,0 +1,237 @@
+//go:build linux
+
+package e2e
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"crypto/sha512"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/moat-sandbox/moat/internal/testenv"
+)
+
+// packagesScript runs inside the sandbox with nothing but moat's npm
+// variables: npm ci of the pinned lockfile (the positive control), then
+// the attacks, each in its own directory.
+const packagesScript = `
+set -u
+export HOME=/tmp npm_config_fetch_retries=0
+try() { # dir label command...
+  d=$1; l=$2; shift 2
+  cd "$d" && "$@" --cache "/tmp/cache-$l" >"/tmp/$l.log" 2>&1 && echo "$l installed $(cat node_modules/demo-pkg/index.js 2>/dev/null)" || echo "$l refused"
+}
+cp -r "$WS/app" /tmp/app; try /tmp/app ci npm ci
+cp -r "$WS/bad" /tmp/bad; try /tmp/bad tampered npm ci
+mkdir -p /tmp/t /tmp/n /tmp/l /tmp/p
+for d in t n l; do echo '{"name":"t","version":"1.0.0"}' > /tmp/$d/package.json; done
+try /tmp/t typosquat npm install dem0-pkg
+try /tmp/n newer npm install demo-pkg@1.1.0
+try /tmp/l latest npm install demo-pkg
+echo '{"name":"pub-pkg","version":"1.0.0"}' > /tmp/p/package.json
+echo "${npm_config_registry#http:}:_authToken=e2e-token" > /tmp/p/.npmrc
+try /tmp/p publish npm publish
+# The workload rewrites its lockfile to pin a package of its choice.
+cp "$WS/evil/package-lock.json" "$WS/app/package-lock.json.new" && mv -f "$WS/app/package-lock.json.new" "$WS/app/package-lock.json"
+cp "$WS/evil/package.json" "$WS/app/package.json.new" && mv -f "$WS/app/package.json.new" "$WS/app/package.json"
+rm -rf /tmp/e; cp -r "$WS/app" /tmp/e; try /tmp/e edited npm ci
+cat /tmp/ci.log /tmp/latest.log >&2
+`
+
+func pkgTarball(t *testing.T, name, version, code string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	gz := gzip.NewWriter(&b)
+	tw := tar.NewWriter(gz)
+	for _, f := range [][2]string{
+		{"package/package.json", fmt.Sprintf(`{"name":%q,"version":%q,"main":"index.js"}`, name, version)},
+		{"package/index.js", code},
+	} {
+		tw.WriteHeader(&tar.Header{Name: f[0], Mode: 0o644, Size: int64(len(f[1])), Typeflag: tar.TypeReg})
+		tw.Write([]byte(f[1]))
+	}
+	tw.Close()
+	gz.Close()
+	return b.Bytes()
+}
+
+func sri512(b []byte) string {
+	s := sha512.Sum512(b)
+	return "sha512-" + base64.StdEncoding.EncodeToString(s[:])
+}
+
+// npmProject writes package.json and a package-lock.json v3 pinning each
+// name@version to its tarball's integrity, resolved on the public
+// registry's host (moat fetches the path from the grant's upstream).
+func npmProject(t *testing.T, dir string, pins map[string][]byte) string {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var deps, entries []string
+	keys := make([]string, 0, len(pins))
+	for k := range pins {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		name, version, _ := strings.Cut(k, "@")
+		deps = append(deps, fmt.Sprintf("%q:%q", name, version))
+		entries = append(entries, fmt.Sprintf(`"node_modules/%s":{"version":%q,"resolved":"https://registry.npmjs.org/%s/-/%s-%s.tgz","integrity":%q}`,
+			name, version, name, name, version, sri512(pins[k])))
+	}
+	writeFile(t, filepath.Join(dir, "package.json"), `{"name":"app","version":"1.0.0","dependencies":{`+strings.Join(deps, ",")+`}}`)
+	lock := `{"name":"app","version":"1.0.0","lockfileVersion":3,"requires":true,"packages":{"":{"name":"app","version":"1.0.0","dependencies":{` +
+		strings.Join(deps, ",") + `}},` + strings.Join(entries, ",") + `}}`
+	p := filepath.Join(dir, "package-lock.json")
+	writeFile(t, p, lock)
+	sum := sha256.Sum256([]byte(lock))
+	return hex.EncodeToString(sum[:])
+}
+
+// TestPackagesNPM: a real npm ci inside a native sandbox installs the
+// pinned lockfile through the broker's /pkg/npm/ (from a local TLS
+// registry on 127.0.0.2); in the same run a tampered tarball, a
+// typosquat, a version newer than the pin, a publish and a lockfile the
+// workload rewrote are refused, none of them reaching the registry except
+// the tampered tarball (fetched, checked, not served). The next run is
+// refused: the rewritten lockfile no longer has the sha256 the policy
+// pins.
+func TestPackagesNPM(t *testing.T) {
+	_, err := exec.LookPath("npm")
+	testenv.Need(t, err == nil, "npm is not installed (CI installs nodejs and npm)")
+	bin := hooksBin(t)
+	e := newEnv(t)
+	caPEM, srvCert := egressTestCerts(t)
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	testenv.Need(t, err == nil, "cannot listen on 127.0.0.2")
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	good := pkgTarball(t, "demo-pkg", "1.0.0", "module.exports = 'pinned';\n")
+	newer := pkgTarball(t, "demo-pkg", "1.1.0", "module.exports = 'newer';\n")
+	bad := pkgTarball(t, "bad-pkg", "1.0.0", "module.exports = 'honest';\n")
+	evil := pkgTarball(t, "evil-pkg", "6.6.6", "module.exports = 'evil';\n")
+	files := map[string][]byte{
+		"/demo-pkg/-/demo-pkg-1.0.0.tgz": good,
+		"/demo-pkg/-/demo-pkg-1.1.0.tgz": newer,
+		"/bad-pkg/-/bad-pkg-1.0.0.tgz":   pkgTarball(t, "bad-pkg", "1.0.0", "require('child_process').exec('id');\n"),
+		"/evil-pkg/-/evil-pkg-6.6.6.tgz": evil,
+		"/dem0-pkg/-/dem0-pkg-1.0.0.tgz": good,
+		"/demo-pkg": []byte(`{"name":"demo-pkg","dist-tags":{"latest":"1.1.0"},"versions":{` +
+			`"1.0.0":{"name":"demo-pkg","version":"1.0.0","dist":{"tarball":"https://evil.test/demo-pkg-1.0.0.tgz","integrity":"` + sri512(newer) + `"}},` +
+			`"1.1.0":{"name":"demo-pkg","version":"1.1.0","dist":{"tarball":"https://evil.test/demo-pkg-1.1.0.tgz","integrity":"` + sri512(newer) + `"}}}}`),
+	}
+	var mu sync.Mutex
+	var seen []string
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		pe := r.Header.Get("Moat-Pre-Effect") != ""
+		seen = append(seen, fmt.Sprintf("%s %s pre-effect=%t", r.Method, r.URL.Path, pe))
+		mu.Unlock()
+		if b, ok := files[r.URL.Path]; ok && r.Method == http.MethodGet {
+			w.Write(b)
+			return
+		}
+		http.NotFound(w, r)
+	}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{srvCert}}}
+	go srv.ServeTLS(ln, "", "")
+	defer srv.Close()
+
+	ws := e.workspace
+	appSum := npmProject(t, filepath.Join(ws, "app"), map[string][]byte{"demo-pkg@1.0.0": good})
+	badSum := npmProject(t, filepath.Join(ws, "bad"), map[string][]byte{"bad-pkg@1.0.0": bad})
+	npmProject(t, filepath.Join(ws, "evil"), map[string][]byte{"demo-pkg@1.0.0": good, "evil-pkg@6.6.6": evil})
+	if os.Geteuid() == 0 {
+		os.Chown(filepath.Join(ws, "app"), 65534, 65534)
+	}
+	ca := filepath.Join(e.dir, "ca.pem")
+	writeFile(t, ca, caPEM)
+	appLock, badLock := filepath.Join(ws, "app", "package-lock.json"), filepath.Join(ws, "bad", "package-lock.json")
+	pol := e.policy(fmt.Sprintf(`egress:
+  packages:
+    - kind: npm
+      upstream: https://127.0.0.2:%s
+      ca_file: %s
+      lockfiles: [%s, %s]
+      lockfile_sha256: {%s: %s, %s: %s}
+`, port, ca, appLock, badLock, appLock, appSum, badLock, badSum))
+	writeFile(t, pol, strings.Replace(readFile(t, pol), "env: {PATH: /usr/bin:/bin}",
+		fmt.Sprintf("env: {PATH: /usr/bin:/bin, WS: %s}", ws), 1))
+	runMoat := func(argv ...string) result {
+		cmd := exec.Command(bin, append([]string{"run", "--policy", pol, "--"}, argv...)...)
+		cmd.Dir = e.dir
+		cmd.Env = append(os.Environ(), "MOAT_STATE_DIR="+e.stateDir, "MOAT_TEST_GLOBAL_ADDR=127.0.0.2")
+		var so, se strings.Builder
+		cmd.Stdout, cmd.Stderr = &so, &se
+		cmd.Run()
+		return result{so.String(), se.String(), cmd.ProcessState.ExitCode()}
+	}
+	r := runMoat("/bin/sh", "-c", packagesScript)
+	for _, want := range []string{
+		"ci installed module.exports = 'pinned';\n", "latest installed module.exports = 'pinned';\n",
+		"tampered refused\n", "typosquat refused\n", "newer refused\n", "publish refused\n", "edited refused\n",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("missing %q in the workload's output", want)
+		}
+	}
+	mu.Lock()
+	for _, s := range seen {
+		if !strings.HasSuffix(s, "pre-effect=true") || !strings.HasPrefix(s, "GET ") ||
+			strings.Contains(s, "dem0-pkg") || strings.Contains(s, "1.1.0") || strings.Contains(s, "evil") || strings.Contains(s, "pub-pkg") {
+			t.Errorf("the registry saw %q", s)
+		}
+	}
+	if !slices.Contains(seen, "GET /demo-pkg/-/demo-pkg-1.0.0.tgz pre-effect=true") || !slices.Contains(seen, "GET /bad-pkg/-/bad-pkg-1.0.0.tgz pre-effect=true") {
+		t.Errorf("the registry saw %v, want the pinned tarballs", seen)
+	}
+	mu.Unlock()
+	dir := onlyRunDir(t, e.auditDir)
+	if v := e.moat("audit", "verify", dir); v.code != 0 {
+		t.Errorf("audit verify: %s", v)
+	}
+	var refused []string
+	digest := 0
+	for _, p := range journalPayloads(t, filepath.Join(dir, "journal.jsonl")) {
+		switch p["type"] {
+		case "package.refused":
+			name, _ := p["name"].(string)
+			refused = append(refused, fmt.Sprint(p["method"], " ", name, " ", p["reason"]))
+		case "package.failed":
+			if p["reason"] == "package_digest_mismatch" {
+				digest++
+			}
+		}
+	}
+	for _, want := range []string{"GET dem0-pkg package_not_pinned", "GET evil-pkg package_not_pinned", "PUT  method_not_allowed"} {
+		if !slices.Contains(refused, want) {
+			t.Errorf("package.refused %v lacks %q", refused, want)
+		}
+	}
+	if digest == 0 {
+		t.Errorf("no package.failed package_digest_mismatch for the tampered tarball")
+	}
+	if t.Failed() || testing.Verbose() {
+		t.Logf("%s\nregistry saw %v", r, seen)
+	}
+	// The next run: the lockfile the workload rewrote no longer has the
+	// pinned sha256, so moat refuses to start.
+	r2 := runMoat("/bin/true")
+	if r2.code == 0 || !strings.Contains(r2.stderr, "the policy pins "+appSum) {
+		t.Errorf("run after the lockfile was rewritten: %s", r2)
+	}
+}
