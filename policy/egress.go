@@ -591,6 +591,7 @@ func (p *Policy) ExplainEgress() []string {
 		out = append(out, fmt.Sprintf("egress.services %s: %s to %s{%s} at /svc/%s/, %s, %s; redirects not followed; at most %d requests",
 			s.Name, strings.Join(s.Methods, ","), s.BaseURL, strings.Join(s.Paths, ","), s.Name, q, cred, s.MaxRequests))
 	}
+	out = append(out, e.explainPackages()...)
 	if len(e.Hosts) > 0 {
 		out = append(out, fmt.Sprintf("egress: at most %d tunnels in the run", e.MaxTunnels))
 	}

@@ -232,3 +232,17 @@ func (d *decoder) validatePackages(p *Policy) {
 		}
 	}
 }
+
+// explainPackages is moat policy check's line per package grant.
+func (e *Egress) explainPackages() []string {
+	var out []string
+	for _, g := range e.Packages {
+		trust := "each lockfile outside every read_write grant or pinned by sha256"
+		if g.LockfileTrust == TrustWorkspace {
+			trust = "lockfile_trust workspace: the workload controls what is admitted"
+		}
+		out = append(out, fmt.Sprintf("egress.packages %s: GET at /pkg/%s/ of only the names, versions and digests pinned by %s (read once at start, no symlinks; %s), fetched from %s over TLS; publish and other methods refused; at most %d requests",
+			g.Kind, g.Kind, strings.Join(g.Lockfiles, ", "), trust, g.Upstream, g.MaxRequests))
+	}
+	return out
+}

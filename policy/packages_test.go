@@ -41,6 +41,9 @@ func TestPackagesDecode(t *testing.T) {
 	if g := p.Egress.Packages[0]; g.Upstream != "https://npm.example.com" || g.MaxRequests != 9 {
 		t.Errorf("grant %+v", g)
 	}
+	if ex := strings.Join(p.ExplainEgress(), "\n"); !strings.Contains(ex, "egress.packages npm: GET at /pkg/npm/") || !strings.Contains(ex, outside) || !strings.Contains(ex, "at most 9 requests") {
+		t.Errorf("explain: %s", ex)
+	}
 	// The printed policy loads back the same.
 	y, err := p.YAML()
 	if err != nil {
