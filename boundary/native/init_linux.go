@@ -277,12 +277,16 @@ func (in *initState) start(m ctlMsg, files []*os.File) {
 	// that forked and exited at once could be gone, and its descendants
 	// with no name.
 	var nsIno uint64
+	endedEarly := false
 	if err == nil {
 		pid = p.Pid
 		pidfd, _ = unix.PidfdOpen(p.Pid, 0) // cannot fail while we hold mu: the child is unreaped
 		var nst unix.Stat_t
 		if unix.Stat("/proc/"+strconv.Itoa(pid)+"/ns/user", &nst) == nil {
 			nsIno = nst.Ino
+		} else {
+			// Asked while mu still keeps the stage unreaped.
+			endedEarly = stageEnded(pidfd)
 		}
 		ip = &initProc{id: m.ID, exit: make(chan int, 1)}
 		in.procs[p.Pid] = ip
@@ -291,9 +295,13 @@ func (in *initState) start(m ctlMsg, files []*os.File) {
 	in.mu.Unlock()
 	errW.Close()
 	cfgR.Close()
-	if err == nil && nsIno == 0 {
+	if err == nil && nsIno == 0 && !endedEarly {
 		// Fail closed: without the namespace's identity, what this
-		// process leaves running could not be found.
+		// process leaves running could not be found. (A stage that had
+		// already ended, endedEarly, died before it could read its
+		// config, e.g. of the terminal's ^C while the run starts: it
+		// started nothing, so there is nothing to find, and its end is
+		// reported as any process's, 128+n for a signal.)
 		unix.Kill(pid, unix.SIGKILL)
 		if pidfd >= 0 {
 			unix.Close(pidfd)
@@ -453,4 +461,16 @@ func killUserNS(ino uint64) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// stageEnded reports whether the process of pidfd has ended (it is a
+// zombie), without reaping it.
+func stageEnded(pidfd int) bool {
+	if pidfd < 0 {
+		return false
+	}
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PIDFD, pidfd, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	// WNOHANG: a live child leaves info zeroed (no pid).
+	return err == nil && info.Signo != 0
 }
