@@ -292,10 +292,14 @@
 //
 // request_id is "moatreq_" followed by 24 lowercase hex digits, fresh per
 // request. package.requested is the pre-effect record: it is appended and
-// fsynced before anything is fetched. artifact is "tarball" (name,
-// version, the lockfile's expected digest in its own form, npm's
-// "sha512-<base64>", and the lockfile that pins it) or "metadata" (an
-// npm packument, served filtered to the pinned versions). path is the
+// fsynced before anything is fetched. artifact is "tarball" (npm),
+// "zip" or "go.mod" (the Go module proxy), each with name, version, the
+// lockfile's expected digest in its own form (npm's "sha512-<base64>",
+// go.sum's "h1:<base64>", the dirhash of the zip's files or of the
+// go.mod) and the lockfile that pins it; or "metadata" (an npm packument,
+// served filtered to the pinned versions). The Go proxy's @v/list and
+// .info answers are made by moat from go.sum, fetch nothing and are not
+// journaled. path is the
 // path fetched below the upstream. A tarball whose bytes do not match
 // expected is not served: package.failed, reason package_digest_mismatch,
 // got the digest of the bytes received. package.refused: nothing was

@@ -25,6 +25,8 @@ const (
 const (
 	PackageArtifactTarball  = "tarball"  // the package itself, checked against the lockfile's digest
 	PackageArtifactMetadata = "metadata" // resolution metadata (an npm packument), filtered to the pins
+	PackageArtifactZip      = "zip"      // a Go module zip, checked against go.sum's h1 hash
+	PackageArtifactGoMod    = "go.mod"   // a Go module's go.mod, checked against go.sum's h1 hash
 )
 
 // PackageRequested is the pre-effect record of one package fetch.
@@ -33,14 +35,15 @@ type PackageRequested struct {
 	Kind      string `json:"kind"` // the registry kind, e.g. "npm"
 	Artifact  string `json:"artifact"`
 	Name      string `json:"name"`
-	// Version is the pinned version fetched (tarball only).
+	// Version is the pinned version fetched (absent for metadata).
 	Version string `json:"version,omitempty"`
 	// Expected is the lockfile's digest the bytes must match, in the
-	// lockfile's own form (npm: "sha512-<base64>"); tarball only.
+	// lockfile's own form (npm: "sha512-<base64>", go.sum: "h1:<base64>");
+	// absent for metadata.
 	Expected string `json:"expected,omitempty"`
 	// Path is the path fetched below the upstream.
 	Path        string      `json:"path"`
-	Lockfile    string      `json:"lockfile,omitempty"` // the lockfile that pins it (tarball only)
+	Lockfile    string      `json:"lockfile,omitempty"` // the lockfile that pins it (absent for metadata)
 	Attribution Attribution `json:"attribution"`
 }
 

@@ -240,6 +240,9 @@ func parseRequestLine(line []byte) (*request, error) {
 	if strings.HasPrefix(target, ServicesPathPrefix) {
 		path, query = splitServiceTarget(target)
 	}
+	if strings.HasPrefix(target, PackagesPathPrefix) {
+		path = packageTarget(path)
+	}
 	if err := checkPath(path); err != nil {
 		return nil, err
 	}

@@ -76,8 +76,10 @@ type PackagesConfig struct {
 	// Grants are the policy's egress.packages (validated).
 	Grants []policy.PackageGrant
 	// NPM are the pins of the npm grant's lockfiles, read once when the
-	// sandbox started (ParseNPMLockfile).
+	// sandbox started (ParseNPMLockfile); Go those of the goproxy grant's
+	// go.sum files (ParseGoSum).
 	NPM []NPMPin
+	Go  []GoPin
 	// BaseURL is where the workload reaches the broker,
 	// "http://127.0.0.1:PORT": packuments' tarball URLs point there.
 	BaseURL string
@@ -90,17 +92,24 @@ type PackagesConfig struct {
 
 // Packages is the broker's package route (Config.Packages).
 type Packages struct {
-	npm *npmRegistry
+	npm     *npmRegistry
+	goproxy *goRegistry
+}
+
+// registry is what every kind shares: the grant, its upstream and
+// client, and its allowance.
+type registry struct {
+	grant    *policy.PackageGrant
+	upstream *url.URL
+	client   *http.Client
+	used     atomic.Int64
 }
 
 type npmRegistry struct {
-	grant     *policy.PackageGrant
-	upstream  *url.URL
+	*registry
 	self      string             // BaseURL + "/pkg/npm"
 	byTarball map[string]*NPMPin // resolved tarball path -> pin
 	byName    map[string][]*NPMPin
-	client    *http.Client
-	used      atomic.Int64
 }
 
 // NewPackages checks cfg and builds the route.
@@ -130,29 +139,11 @@ func NewPackages(cfg PackagesConfig) (*Packages, error) {
 				}
 			}
 		}
-		if g.Kind != policy.PackageNPM {
-			return nil, fmt.Errorf("moat: broker: packages: kind %q is not served", g.Kind)
-		}
-		if p.npm != nil {
-			return nil, errors.New("moat: broker: packages: npm is granted twice")
-		}
 		u, err := url.Parse(strings.TrimSuffix(g.Upstream, "/"))
 		if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.RawPath != "" {
 			return nil, fmt.Errorf("moat: broker: packages: upstream %q must be https://host[:port][/prefix]", g.Upstream)
 		}
-		r := &npmRegistry{grant: g, upstream: u, self: cfg.BaseURL + PackagesPathPrefix + policy.PackageNPM,
-			byTarball: map[string]*NPMPin{}, byName: map[string][]*NPMPin{}}
-		for j := range cfg.NPM {
-			pin := &cfg.NPM[j]
-			if prev, dup := r.byTarball[pin.TarballPath]; dup && prev.Integrity != pin.Integrity {
-				return nil, fmt.Errorf("moat: broker: packages: %s is pinned to two digests (%s and %s)", pin.TarballPath, prev.Lockfile, pin.Lockfile)
-			}
-			r.byTarball[pin.TarballPath] = pin
-			if !slices.ContainsFunc(r.byName[pin.Name], func(q *NPMPin) bool { return q.Version == pin.Version }) {
-				r.byName[pin.Name] = append(r.byName[pin.Name], pin)
-			}
-		}
-		r.client = &http.Client{
+		base := &registry{grant: g, upstream: u, client: &http.Client{
 			Transport: &http.Transport{
 				Proxy:                 nil,
 				DialContext:           cfg.Dial,
@@ -166,6 +157,30 @@ func NewPackages(cfg PackagesConfig) (*Packages, error) {
 			},
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 			Timeout:       PackageTimeout,
+		}}
+		switch {
+		case g.Kind == policy.PackageGoProxy && p.goproxy == nil:
+			if p.goproxy, err = newGoRegistry(base, cfg.Go); err != nil {
+				return nil, err
+			}
+			continue
+		case g.Kind == policy.PackageNPM && p.npm == nil:
+		case g.Kind == policy.PackageNPM || g.Kind == policy.PackageGoProxy:
+			return nil, fmt.Errorf("moat: broker: packages: %s is granted twice", g.Kind)
+		default:
+			return nil, fmt.Errorf("moat: broker: packages: kind %q is not served", g.Kind)
+		}
+		r := &npmRegistry{registry: base, self: cfg.BaseURL + PackagesPathPrefix + policy.PackageNPM,
+			byTarball: map[string]*NPMPin{}, byName: map[string][]*NPMPin{}}
+		for j := range cfg.NPM {
+			pin := &cfg.NPM[j]
+			if prev, dup := r.byTarball[pin.TarballPath]; dup && prev.Integrity != pin.Integrity {
+				return nil, fmt.Errorf("moat: broker: packages: %s is pinned to two digests (%s and %s)", pin.TarballPath, prev.Lockfile, pin.Lockfile)
+			}
+			r.byTarball[pin.TarballPath] = pin
+			if !slices.ContainsFunc(r.byName[pin.Name], func(q *NPMPin) bool { return q.Version == pin.Version }) {
+				r.byName[pin.Name] = append(r.byName[pin.Name], pin)
+			}
 		}
 		p.npm = r
 	}
@@ -173,7 +188,7 @@ func NewPackages(cfg PackagesConfig) (*Packages, error) {
 }
 
 // lockfiles names the grant's lockfiles, for messages.
-func (r *npmRegistry) lockfiles() string { return strings.Join(r.grant.Lockfiles, ", ") }
+func (r *registry) lockfiles() string { return strings.Join(r.grant.Lockfiles, ", ") }
 
 // servePackage serves one request under PackagesPathPrefix and reports
 // whether the connection may be kept.
@@ -181,7 +196,8 @@ func (b *Broker) servePackage(x *exchange, req *request) bool {
 	kind, rest, _ := strings.Cut(req.path[len(PackagesPathPrefix):], "/")
 	x.api, x.endpoint = "package", PackagesPathPrefix+kind
 	r := b.cfg.Packages.npm
-	if kind != policy.PackageNPM || r == nil {
+	g := b.cfg.Packages.goproxy
+	if !(kind == policy.PackageNPM && r != nil || kind == policy.PackageGoProxy && g != nil) {
 		return b.refusePackage(x, "", "", req.method, refuse(ReasonPackageUnknownKind, 404, "no package registry %s is granted; the policy's egress.packages grants %s", quote(kind), b.cfg.Packages.kinds()))
 	}
 	if b.failed.Load() {
@@ -189,6 +205,9 @@ func (b *Broker) servePackage(x *exchange, req *request) bool {
 	}
 	if req.method != http.MethodGet {
 		return b.refusePackage(x, kind, "", req.method, refuse(ReasonMethod, 405, "method %s is refused: a package grant only installs what the lockfiles pin (no publish, unpublish, dist-tag or audit)", quote(req.method)))
+	}
+	if kind == policy.PackageGoProxy {
+		return b.serveGoProxy(x, req, g, rest)
 	}
 	if rest == "" || strings.HasPrefix(rest, "-/") {
 		return b.refusePackage(x, kind, "", req.method, refuse(ReasonPackageEndpoint, 404, "registry endpoint %s is not served: moat serves only the packages and tarballs %s pins", quote("/"+rest), r.lockfiles()))
@@ -200,10 +219,17 @@ func (b *Broker) servePackage(x *exchange, req *request) bool {
 }
 
 func (p *Packages) kinds() string {
-	if p.npm == nil {
+	var ks []string
+	if p.npm != nil {
+		ks = append(ks, policy.PackageNPM)
+	}
+	if p.goproxy != nil {
+		ks = append(ks, policy.PackageGoProxy)
+	}
+	if len(ks) == 0 {
 		return "none"
 	}
-	return policy.PackageNPM
+	return strings.Join(ks, ", ")
 }
 
 func (r *npmRegistry) notPinned(name string) *frontError {
@@ -233,7 +259,7 @@ func (b *Broker) serveNPMTarball(x *exchange, req *request, r *npmRegistry, name
 	}
 	rec := audit.PackageRequested{RequestID: x.id, Kind: policy.PackageNPM, Artifact: audit.PackageArtifactTarball, Name: pin.Name,
 		Version: pin.Version, Expected: pin.IntegrityString(), Path: path, Lockfile: pin.Lockfile}
-	status, data, ok := b.fetchPackage(x, req, r, rec, path, "application/octet-stream")
+	status, data, ok := b.fetchPackage(x, req, r.registry, rec, path, "application/octet-stream")
 	if !ok {
 		return false
 	}
@@ -253,7 +279,7 @@ func (b *Broker) serveNPMPackument(x *exchange, req *request, r *npmRegistry, na
 		return b.refusePackage(x, policy.PackageNPM, name, req.method, r.notPinned(name))
 	}
 	rec := audit.PackageRequested{RequestID: x.id, Kind: policy.PackageNPM, Artifact: audit.PackageArtifactMetadata, Name: name, Path: "/" + name}
-	status, data, ok := b.fetchPackage(x, req, r, rec, "/"+name, "application/json")
+	status, data, ok := b.fetchPackage(x, req, r.registry, rec, "/"+name, "application/json")
 	if !ok {
 		return false
 	}
@@ -267,7 +293,7 @@ func (b *Broker) serveNPMPackument(x *exchange, req *request, r *npmRegistry, na
 // fetchPackage runs the common part of an admitted fetch: attribution,
 // allowance, the durable package.requested, the upstream GET and its
 // body. On failure the answer is written and ok is false.
-func (b *Broker) fetchPackage(x *exchange, req *request, r *npmRegistry, rec audit.PackageRequested, path, accept string) (int, []byte, bool) {
+func (b *Broker) fetchPackage(x *exchange, req *request, r *registry, rec audit.PackageRequested, path, accept string) (int, []byte, bool) {
 	rec.Attribution = b.attribution(x)
 	if b.cfg.Policy.Inference.RequireAttribution && rec.Attribution.Status != boundary.AttributionResolved {
 		return 0, nil, b.refusePackage(x, rec.Kind, rec.Name, req.method, refuse(ReasonUnattributed, 403,
@@ -275,7 +301,7 @@ func (b *Broker) fetchPackage(x *exchange, req *request, r *npmRegistry, rec aud
 	}
 	if !r.reserve() {
 		return 0, nil, b.refusePackage(x, rec.Kind, rec.Name, req.method, refuse(ReasonAllowanceExhausted, 429,
-			"the npm grant's allowance (max_requests %d) is used up for this run", r.grant.MaxRequests))
+			"the %s grant's allowance (max_requests %d) is used up for this run", r.grant.Kind, r.grant.MaxRequests))
 	}
 	b.logDecision(x, slog.LevelDebug, decisionAdmitted, "", "")
 	line, ok := b.appendStart(rec)
@@ -348,7 +374,7 @@ func (b *Broker) completePackage(x *exchange, req *request, data []byte, ctype s
 	return werr == nil
 }
 
-func (r *npmRegistry) reserve() bool {
+func (r *registry) reserve() bool {
 	for {
 		n := r.used.Load()
 		if n >= int64(r.grant.MaxRequests) {

@@ -81,6 +81,12 @@ func (r *fakeRegistry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	w.Write(body)
 }
 
+func newTLSRegistry(t *testing.T, h http.Handler) *httptest.Server {
+	srv := httptest.NewTLSServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
 func (r *fakeRegistry) requests() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -107,8 +113,7 @@ type npmFixture struct {
 func newNPMFixture(t *testing.T) *npmFixture {
 	t.Helper()
 	f := &npmFixture{reg: &fakeRegistry{files: map[string][]byte{}, tampered: map[string][]byte{}}, tgz: map[string][]byte{}}
-	f.reg.srv = httptest.NewTLSServer(f.reg)
-	t.Cleanup(f.reg.srv.Close)
+	f.reg.srv = newTLSRegistry(t, f.reg)
 	add := func(name, version string) string {
 		base := name
 		if i := strings.LastIndex(name, "/"); i >= 0 {

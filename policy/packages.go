@@ -24,6 +24,8 @@ import (
 //	      lockfile_trust: pinned                 # pinned (default) | workspace
 //	      lockfile_sha256: {package-lock.json: "<hex>"}
 //	      ca_file: mirror-ca.pem                 # optional: roots for a private mirror
+//	    - kind: goproxy                          # GOPROXY=http://127.0.0.1:<port>/pkg/goproxy
+//	      lockfiles: [go.sum]                    # upstream https://proxy.golang.org by default
 //
 // Lockfile trust: a lockfile inside a read_write grant is written by the
 // workload, so one run could widen what the next admits. Such a lockfile
@@ -48,9 +50,11 @@ type PackageGrant struct {
 // Package kinds, trust modes and limits.
 const (
 	PackageNPM              = "npm"
+	PackageGoProxy          = "goproxy"
 	TrustPinned             = "pinned"
 	TrustWorkspace          = "workspace"
 	DefaultNPMUpstream      = "https://registry.npmjs.org"
+	DefaultGoProxyUpstream  = "https://proxy.golang.org"
 	DefaultPackageRequests  = 4096
 	MaxPackageGrants        = 8
 	MaxLockfilesPerGrant    = 16
@@ -58,7 +62,10 @@ const (
 )
 
 // PackageKinds are the registry kinds moat serves.
-var PackageKinds = []string{PackageNPM}
+var PackageKinds = []string{PackageNPM, PackageGoProxy}
+
+// defaultUpstreams are the upstreams of the kinds that have one.
+var defaultUpstreams = map[string]string{PackageNPM: DefaultNPMUpstream, PackageGoProxy: DefaultGoProxyUpstream}
 
 var packageKeys = []string{"kind", "upstream", "lockfiles", "lockfile_trust", "lockfile_sha256", "max_requests", "ca_file"}
 
@@ -102,7 +109,7 @@ func (d *decoder) packageGrant(n *yaml.Node, ip string) (PackageGrant, bool) {
 			g.Kind = k
 		}
 	} else {
-		d.add(n, CodeMissing, ip+".kind", "missing; name the registry kind, e.g. npm")
+		d.add(n, CodeMissing, ip+".kind", "missing; name the registry kind: %s", strings.Join(PackageKinds, ", "))
 	}
 	if v := f["upstream"]; v != nil {
 		if u, ok := d.str(v, ip+".upstream"); ok {
@@ -111,8 +118,8 @@ func (d *decoder) packageGrant(n *yaml.Node, ip string) (PackageGrant, bool) {
 			}
 			g.Upstream = strings.TrimSuffix(u, "/")
 		}
-	} else if g.Kind == PackageNPM {
-		g.Upstream = DefaultNPMUpstream
+	} else {
+		g.Upstream = defaultUpstreams[g.Kind]
 	}
 	if v := f["lockfiles"]; v != nil {
 		items := d.seq(v, ip+".lockfiles", MaxLockfilesPerGrant)

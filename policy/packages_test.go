@@ -44,6 +44,15 @@ func TestPackagesDecode(t *testing.T) {
 	if ex := strings.Join(p.ExplainEgress(), "\n"); !strings.Contains(ex, "egress.packages npm: GET at /pkg/npm/") || !strings.Contains(ex, outside) || !strings.Contains(ex, "at most 9 requests") {
 		t.Errorf("explain: %s", ex)
 	}
+	gs := filepath.Join(f.data, "go.sum")
+	os.WriteFile(gs, nil, 0o644)
+	p2, pe := f.parse(t, "version: 1\negress: {packages: [{kind: goproxy, lockfiles: [data/go.sum]}, {kind: npm, lockfiles: [data/package-lock.json]}]}\n")
+	if pe != nil {
+		t.Fatal(pe)
+	}
+	if g := p2.Egress.Packages[0]; g.Kind != PackageGoProxy || g.Upstream != DefaultGoProxyUpstream || g.Lockfiles[0] != gs {
+		t.Errorf("goproxy grant %+v", g)
+	}
 	// The printed policy loads back the same.
 	y, err := p.YAML()
 	if err != nil {

@@ -23,54 +23,73 @@ import (
 //	npm_config_replace_registry_host=always   # every resolved URL goes to the broker
 //	npm_config_audit=false                    # no advisory uploads (refused anyway)
 //	npm_config_update_notifier=false          # npm's own version check is not pinned
+//
+// and the go command at the module proxy route:
+//
+//	GOPROXY=http://127.0.0.1:PORT/pkg/goproxy
+//	GOSUMDB=off     # go.sum is the authority; the broker admits nothing else
 const npmRegistryPath = broker.PackagesPathPrefix + policy.PackageNPM + "/"
 
-// packageEnv is the workload's npm variables when the policy grants npm.
+// packageEnv is the workload's npm and go variables for the policy's
+// package grants.
 func packageEnv(port int, pol *policy.Policy) []string {
+	var env []string
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
 	for _, g := range pol.Egress.Packages {
-		if g.Kind == policy.PackageNPM {
-			return []string{
-				"npm_config_registry=http://127.0.0.1:" + strconv.Itoa(port) + npmRegistryPath,
+		switch g.Kind {
+		case policy.PackageNPM:
+			env = append(env,
+				"npm_config_registry="+base+npmRegistryPath,
 				"npm_config_replace_registry_host=always",
 				"npm_config_audit=false",
-				"npm_config_update_notifier=false",
-			}
+				"npm_config_update_notifier=false")
+		case policy.PackageGoProxy:
+			env = append(env, "GOPROXY="+base+broker.PackagesPathPrefix+policy.PackageGoProxy, "GOSUMDB=off")
 		}
 	}
-	return nil
+	return env
 }
 
 // readLockfiles reads and parses every lockfile of the policy's package
 // grants. A lockfile whose sha256 the policy pins must have it; with
 // lockfile_trust: workspace a notice saying that the workload controls
 // what is admitted is written to notice.
-func readLockfiles(pol *policy.Policy, notice io.Writer) ([]broker.NPMPin, error) {
+func readLockfiles(pol *policy.Policy, notice io.Writer) ([]broker.NPMPin, []broker.GoPin, error) {
 	var pins []broker.NPMPin
+	var gopins []broker.GoPin
 	for i, g := range pol.Egress.Packages {
-		if g.Kind != policy.PackageNPM {
-			return nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: kind %q is not served", i, g.Kind)}
+		if g.Kind != policy.PackageNPM && g.Kind != policy.PackageGoProxy {
+			return nil, nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: kind %q is not served", i, g.Kind)}
 		}
 		for _, lf := range g.Lockfiles {
 			data, err := openLockfile(lf, broker.MaxLockfileBytes)
 			if err != nil {
-				return nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: lockfile %s: %v", i, lf, err)}
+				return nil, nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: lockfile %s: %v", i, lf, err)}
 			}
 			sum := sha256.Sum256(data)
 			got := hex.EncodeToString(sum[:])
 			if want, ok := g.PinnedDigest(lf); ok && want != got {
-				return nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: lockfile %s has sha256 %s, but the policy pins %s: it changed since the policy was written; review the change, then pin the new digest in lockfile_sha256", i, lf, got, want)}
+				return nil, nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: lockfile %s has sha256 %s, but the policy pins %s: it changed since the policy was written; review the change, then pin the new digest in lockfile_sha256", i, lf, got, want)}
 			}
 			if g.LockfileTrust == policy.TrustWorkspace && notice != nil {
-				fmt.Fprintf(notice, "moat: egress.packages[%d]: lockfile_trust is workspace: %s (sha256 %s) decides which npm packages this run admits, and the workload may have written it\n", i, lf, got)
+				fmt.Fprintf(notice, "moat: egress.packages[%d]: lockfile_trust is workspace: %s (sha256 %s) decides which %s packages this run admits, and the workload may have written it\n", i, lf, got, g.Kind)
+			}
+			if g.Kind == policy.PackageGoProxy {
+				p, err := broker.ParseGoSum(lf, data)
+				if err != nil {
+					return nil, nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: %v", i, err)}
+				}
+				gopins = append(gopins, p...)
+				continue
 			}
 			p, err := broker.ParseNPMLockfile(lf, data)
 			if err != nil {
-				return nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: %v", i, err)}
+				return nil, nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: %v", i, err)}
 			}
 			pins = append(pins, p...)
 		}
 	}
-	return pins, nil
+	return pins, gopins, nil
 }
 
 // openPackages builds the broker's package route; nil (/pkg/ refused like
@@ -79,11 +98,11 @@ func (s *Session) openPackages(notice io.Writer) (*broker.Packages, error) {
 	if len(s.pol.Egress.Packages) == 0 {
 		return nil, nil
 	}
-	pins, err := readLockfiles(s.pol, notice)
+	pins, gopins, err := readLockfiles(s.pol, notice)
 	if err != nil {
 		return nil, err
 	}
-	pk, err := broker.NewPackages(broker.PackagesConfig{Grants: s.pol.Egress.Packages, NPM: pins,
+	pk, err := broker.NewPackages(broker.PackagesConfig{Grants: s.pol.Egress.Packages, NPM: pins, Go: gopins,
 		BaseURL: "http://127.0.0.1:" + strconv.Itoa(s.BrokerPort), Dial: newEgressGuard().DialContext})
 	if err != nil {
 		return nil, &RefusedError{Msg: err.Error()}
