@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"archive/tar"
+	"archive/zip"
 	"bytes"
 	"compress/gzip"
 	"crypto/sha256"
@@ -233,5 +234,150 @@ func TestPackagesNPM(t *testing.T) {
 	r2 := runMoat("/bin/true")
 	if r2.code == 0 || !strings.Contains(r2.stderr, "the policy pins "+appSum) {
 		t.Errorf("run after the lockfile was rewritten: %s", r2)
+	}
+}
+
+// goModZip is a module zip and its go.mod, and their go.sum lines.
+func goModZip(t *testing.T, mod, ver, code string) (gomod, z []byte, sumLines string) {
+	t.Helper()
+	gomod = []byte("module " + mod + "\n\ngo 1.21\n")
+	files := map[string][]byte{mod + "@" + ver + "/go.mod": gomod, mod + "@" + ver + "/demo.go": []byte(code)}
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	var names []string
+	for n := range files {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		w, _ := zw.Create(n)
+		w.Write(files[n])
+	}
+	zw.Close()
+	h1 := func(names []string, get func(string) []byte) string {
+		h := sha256.New()
+		for _, n := range names {
+			fmt.Fprintf(h, "%x  %s\n", sha256.Sum256(get(n)), n)
+		}
+		return "h1:" + base64.StdEncoding.EncodeToString(h.Sum(nil))
+	}
+	sumLines = fmt.Sprintf("%s %s %s\n%s %s/go.mod %s\n", mod, ver, h1(names, func(n string) []byte { return files[n] }),
+		mod, ver, h1([]string{"go.mod"}, func(string) []byte { return gomod }))
+	return gomod, buf.Bytes(), sumLines
+}
+
+const goProxyScript = `
+set -u
+export HOME=/tmp GOCACHE=/tmp/gocache GOTOOLCHAIN=local GOFLAGS=-modcacherw
+dl() { # label dir
+  rm -rf /tmp/modcache; cp -r "$WS/$2" "/tmp/$2"; cd "/tmp/$2" && GOMODCACHE=/tmp/modcache go mod download all >"/tmp/$1.log" 2>&1 \
+    && echo "$1 downloaded $(cat /tmp/modcache/example.com/demo@v1.0.0/demo.go | tail -1)" || echo "$1 refused"
+}
+dl pinned app
+dl tampered bad
+dl unpinned squat
+`
+
+// TestPackagesGoProxy: the go command inside a native sandbox downloads
+// the modules go.sum pins through /pkg/goproxy (GOPROXY set by moat)
+// from a local TLS proxy; a tampered zip and a module go.sum does not
+// pin are refused in the same run.
+func TestPackagesGoProxy(t *testing.T) {
+	bin := hooksBin(t)
+	e := newEnv(t)
+	goBin := "/usr/local/go/bin/go"
+	_, err := os.Stat(goBin)
+	testenv.Need(t, err == nil, "no Go toolchain at /usr/local/go")
+	caPEM, srvCert := egressTestCerts(t)
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	testenv.Need(t, err == nil, "cannot listen on 127.0.0.2")
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	files := map[string][]byte{}
+	gomod, z, demoSum := goModZip(t, "example.com/demo", "v1.0.0", "package demo\n\nconst V = \"pinned\"\n")
+	files["/example.com/demo/@v/v1.0.0.mod"], files["/example.com/demo/@v/v1.0.0.zip"] = gomod, z
+	gomod, _, badSum := goModZip(t, "example.com/bad", "v1.0.0", "package bad\n\nconst V = \"honest\"\n")
+	_, badZip, _ := goModZip(t, "example.com/bad", "v1.0.0", "package bad\n\nconst V = \"evil\"\n")
+	files["/example.com/bad/@v/v1.0.0.mod"], files["/example.com/bad/@v/v1.0.0.zip"] = gomod, badZip
+	gomod, z, _ = goModZip(t, "example.com/dem0", "v1.0.0", "package dem0\n")
+	files["/example.com/dem0/@v/v1.0.0.mod"], files["/example.com/dem0/@v/v1.0.0.zip"] = gomod, z
+	var mu sync.Mutex
+	var seen []string
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, fmt.Sprintf("%s %s pre-effect=%t", r.Method, r.URL.Path, r.Header.Get("Moat-Pre-Effect") != ""))
+		mu.Unlock()
+		if b, ok := files[r.URL.Path]; ok {
+			w.Write(b)
+			return
+		}
+		http.NotFound(w, r)
+	}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{srvCert}}}
+	go srv.ServeTLS(ln, "", "")
+	defer srv.Close()
+	ws := e.workspace
+	project := func(dir, mod, sum string) string {
+		os.MkdirAll(filepath.Join(ws, dir), 0o755)
+		writeFile(t, filepath.Join(ws, dir, "go.mod"), "module app\n\ngo 1.21\n\nrequire "+mod+" v1.0.0\n")
+		writeFile(t, filepath.Join(ws, dir, "go.sum"), sum)
+		return filepath.Join(ws, dir, "go.sum")
+	}
+	appSum := project("app", "example.com/demo", demoSum)
+	badGoSum := project("bad", "example.com/bad", badSum)
+	project("squat", "example.com/dem0", demoSum) // go.sum lacks dem0: the workload's own edit
+	ca := filepath.Join(e.dir, "ca.pem")
+	writeFile(t, ca, caPEM)
+	pol := e.policy(fmt.Sprintf(`egress:
+  packages:
+    - kind: goproxy
+      upstream: https://127.0.0.2:%s
+      ca_file: %s
+      lockfiles: [%s, %s]
+      lockfile_trust: workspace
+`, port, ca, appSum, badGoSum))
+	writeFile(t, pol, strings.Replace(readFile(t, pol), "env: {PATH: /usr/bin:/bin}",
+		fmt.Sprintf("env: {PATH: /usr/local/go/bin:/usr/bin:/bin, WS: %s}", ws), 1))
+	cmd := exec.Command(bin, "run", "--policy", pol, "--", "/bin/sh", "-c", goProxyScript)
+	cmd.Dir = e.dir
+	cmd.Env = append(os.Environ(), "MOAT_STATE_DIR="+e.stateDir, "MOAT_TEST_GLOBAL_ADDR=127.0.0.2")
+	var so, se strings.Builder
+	cmd.Stdout, cmd.Stderr = &so, &se
+	cmd.Run()
+	r := result{so.String(), se.String(), cmd.ProcessState.ExitCode()}
+	for _, want := range []string{"pinned downloaded const V = \"pinned\"\n", "tampered refused\n", "unpinned refused\n"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("missing %q in the workload's output", want)
+		}
+	}
+	if !strings.Contains(r.stderr, "lockfile_trust is workspace") {
+		t.Errorf("moat did not announce lockfile_trust: workspace")
+	}
+	mu.Lock()
+	for _, s := range seen {
+		if !strings.HasSuffix(s, "pre-effect=true") || strings.Contains(s, "dem0") {
+			t.Errorf("the proxy saw %q", s)
+		}
+	}
+	if !slices.Contains(seen, "GET /example.com/demo/@v/v1.0.0.zip pre-effect=true") || !slices.Contains(seen, "GET /example.com/bad/@v/v1.0.0.zip pre-effect=true") {
+		t.Errorf("the proxy saw %v, want the pinned zips", seen)
+	}
+	mu.Unlock()
+	dir := onlyRunDir(t, e.auditDir)
+	if v := e.moat("audit", "verify", dir); v.code != 0 {
+		t.Errorf("audit verify: %s", v)
+	}
+	var squat, digest int
+	for _, p := range journalPayloads(t, filepath.Join(dir, "journal.jsonl")) {
+		if p["type"] == "package.refused" && p["name"] == "example.com/dem0" && p["reason"] == "package_not_pinned" {
+			squat++
+		}
+		if p["type"] == "package.failed" && p["reason"] == "package_digest_mismatch" {
+			digest++
+		}
+	}
+	if squat == 0 || digest == 0 {
+		t.Errorf("journal: %d refusals of example.com/dem0, %d digest mismatches; want both", squat, digest)
+	}
+	if t.Failed() || testing.Verbose() {
+		t.Logf("%s\nproxy saw %v", r, seen)
 	}
 }
