@@ -283,8 +283,9 @@
 // A registry named in the policy's egress.packages is reached only
 // through the broker (plain HTTP at /pkg/<kind>/...; the broker fetches
 // from the upstream over TLS and serves only what the lockfiles pin).
-// Four record types cover it; their members, in payload (RFC 8785) order:
+// Five record types cover it; their members, in payload (RFC 8785) order:
 //
+//	package.lockfile   kind, path, pins, sha256, trust
 //	package.requested  artifact, attribution, expected (omitempty), kind, lockfile (omitempty), name, path, request_id, version (omitempty)
 //	package.completed  body_bytes, body_sha256, request_id, status
 //	package.refused    attribution, detail, kind (omitempty), method, name (omitempty), reason, request_id
@@ -304,7 +305,13 @@
 // expected is not served: package.failed, reason package_digest_mismatch,
 // got the digest of the bytes received. package.refused: nothing was
 // fetched (a name or version no lockfile pins, a publish, a method other
-// than GET or HEAD). These records count in no member of run.terminated.
+// than GET). These records count in no member of run.terminated.
+// package.lockfile is written once per lockfile when the sandbox starts,
+// after boundary.confirmed and before the workload runs: the sha256 of
+// the bytes moat read (and will admit from for the whole run), how many
+// artifacts they pin, and the trust ("pinned": outside every writable
+// grant or pinned by lockfile_sha256; "workspace": the policy accepted a
+// lockfile the workload may have written).
 //
 // # Approvals
 //

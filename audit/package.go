@@ -12,13 +12,14 @@ import (
 // (the artifact or metadata was served) or package.failed (nothing was
 // served: the upstream failed, or the artifact's bytes did not match the
 // lockfile's digest). A request the broker does not admit (a name or
-// version no lockfile pins, a publish, a method other than GET or HEAD)
+// version no lockfile pins, a publish, a method other than GET)
 // is journaled as package.refused and never reaches the upstream.
 const (
 	TypePackageRequested = "package.requested"
 	TypePackageCompleted = "package.completed"
 	TypePackageRefused   = "package.refused"
 	TypePackageFailed    = "package.failed"
+	TypePackageLockfile  = "package.lockfile"
 )
 
 // Artifact kinds of a package.requested record.
@@ -79,6 +80,20 @@ type PackageFailed struct {
 	Got string `json:"got,omitempty"`
 }
 
+// PackageLockfile records a lockfile as moat read it when the sandbox
+// started, before the workload ran: what it admits for the whole run.
+type PackageLockfile struct {
+	Kind   string `json:"kind"`   // the grant's registry kind
+	Path   string `json:"path"`   // the lockfile on the host
+	SHA256 string `json:"sha256"` // of the bytes read
+	Pins   int    `json:"pins"`   // artifacts it pins that the registry serves
+	// Trust is "pinned" (outside every writable grant, or its sha256
+	// pinned by the policy) or "workspace" (the workload may have written
+	// it; the policy said so).
+	Trust string `json:"trust"`
+}
+
+func (PackageLockfile) RecordType() string  { return TypePackageLockfile }
 func (PackageRequested) RecordType() string { return TypePackageRequested }
 func (PackageCompleted) RecordType() string { return TypePackageCompleted }
 func (PackageRefused) RecordType() string   { return TypePackageRefused }
@@ -89,6 +104,7 @@ func init() {
 	recordTypes[TypePackageCompleted] = decodeAs[PackageCompleted]
 	recordTypes[TypePackageRefused] = decodeAs[PackageRefused]
 	recordTypes[TypePackageFailed] = decodeAs[PackageFailed]
+	recordTypes[TypePackageLockfile] = decodeAs[PackageLockfile]
 }
 
 // describePackage is audit show's line for a package record.
@@ -111,6 +127,8 @@ func describePackage(r Record) string {
 		return fmt.Sprintf("id=%s status=%d body=%s bytes=%d", r.RequestID, r.Status, short(r.BodySHA256), r.BodyBytes)
 	case PackageRefused:
 		return fmt.Sprintf("id=%s kind=%s method=%s name=%s reason=%s %s detail=%s", r.RequestID, r.Kind, strconv.Quote(r.Method), strconv.Quote(r.Name), r.Reason, describeAttribution(r.Attribution), strconv.Quote(r.Detail))
+	case PackageLockfile:
+		return fmt.Sprintf("kind=%s path=%s sha256=%s pins=%d trust=%s", r.Kind, strconv.Quote(r.Path), short(r.SHA256), r.Pins, r.Trust)
 	case PackageFailed:
 		s := fmt.Sprintf("id=%s status=%d reason=%s detail=%s", r.RequestID, r.Status, r.Reason, strconv.Quote(r.Detail))
 		if r.Got != "" {

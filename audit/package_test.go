@@ -16,6 +16,7 @@ import (
 func TestPackageRecords(t *testing.T) {
 	attr := Attribution{Status: "resolved", PID: 4242, Executable: "/usr/bin/node", SHA256: strings.Repeat("c", 64)}
 	recs := []Record{
+		PackageLockfile{Kind: "npm", Path: "/w/package-lock.json", SHA256: strings.Repeat("9", 64), Pins: 412, Trust: "pinned"},
 		PackageRequested{RequestID: "moatreq_000000000000000000000001", Kind: "npm", Artifact: PackageArtifactTarball, Name: "left-pad",
 			Version: "1.3.0", Expected: "sha512-" + strings.Repeat("A", 86) + "==", Path: "/left-pad/-/left-pad-1.3.0.tgz", Lockfile: "/w/package-lock.json", Attribution: attr},
 		PackageFailed{RequestID: "moatreq_000000000000000000000001", Status: 200, Reason: "package_digest_mismatch", Detail: "tampered", Got: "sha512-BBBB"},
@@ -45,13 +46,14 @@ func TestPackageRecords(t *testing.T) {
 		t.Errorf("package records counted: %+v", res.Terminal)
 	}
 	members := map[int]string{
-		0: "artifact,attribution,expected,kind,lockfile,name,path,request_id,version",
-		1: "detail,got,reason,request_id,status",
-		2: "artifact,attribution,kind,name,path,request_id",
-		3: "body_bytes,body_sha256,request_id,status",
-		4: "attribution,detail,kind,method,name,reason,request_id",
-		5: "attribution,detail,method,reason,request_id",
-		6: "detail,reason,request_id",
+		0: "kind,path,pins,sha256,trust",
+		1: "artifact,attribution,expected,kind,lockfile,name,path,request_id,version",
+		2: "detail,got,reason,request_id,status",
+		3: "artifact,attribution,kind,name,path,request_id",
+		4: "body_bytes,body_sha256,request_id,status",
+		5: "attribution,detail,kind,method,name,reason,request_id",
+		6: "attribution,detail,method,reason,request_id",
+		7: "detail,reason,request_id",
 	}
 	for i, want := range recs {
 		e, err := ParseLine(lines[i+2])
@@ -83,7 +85,8 @@ func TestPackageRecords(t *testing.T) {
 	for _, want := range []string{
 		`REFUSED package.refused`, `FAILED package.failed`, `kind=npm tarball "left-pad" version="1.3.0" expected=sha512-AAAAA`,
 		`lockfile="/w/package-lock.json" pid=4242`, `reason=package_digest_mismatch detail="tampered" got=sha512-BBBB`,
-		`kind=npm method="GET" name="lefft-pad" reason=package_not_pinned`, `status=200 body=111111111111 bytes=812`,
+		`kind=npm method="GET" name="lefft-pad" reason=package_not_pinned`,
+		`kind=npm path="/w/package-lock.json" sha256=999999999999 pins=412 trust=pinned`, `status=200 body=111111111111 bytes=812`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("timeline lacks %q:\n%s", want, out)

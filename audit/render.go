@@ -146,7 +146,7 @@ func Describe(r Record) string {
 		return describeService(r)
 	case EgressOpened, EgressClosed, EgressRefused:
 		return describeEgress(r)
-	case PackageRequested, PackageCompleted, PackageRefused, PackageFailed:
+	case PackageRequested, PackageCompleted, PackageRefused, PackageFailed, PackageLockfile:
 		return describePackage(r)
 	case ApprovalRequested, ApprovalDecided, ApprovalSubstitution:
 		return describeApproval(r)

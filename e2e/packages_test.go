@@ -206,9 +206,13 @@ func TestPackagesNPM(t *testing.T) {
 		t.Errorf("audit verify: %s", v)
 	}
 	var refused []string
-	digest := 0
+	digest, lockRead := 0, 0
 	for _, p := range journalPayloads(t, filepath.Join(dir, "journal.jsonl")) {
 		switch p["type"] {
+		case "package.lockfile":
+			if (p["path"] == appLock && p["sha256"] == appSum || p["path"] == badLock && p["sha256"] == badSum) && p["trust"] == "pinned" && p["pins"] == float64(1) {
+				lockRead++
+			}
 		case "package.refused":
 			name, _ := p["name"].(string)
 			refused = append(refused, fmt.Sprint(p["method"], " ", name, " ", p["reason"]))
@@ -225,6 +229,9 @@ func TestPackagesNPM(t *testing.T) {
 	}
 	if digest == 0 {
 		t.Errorf("no package.failed package_digest_mismatch for the tampered tarball")
+	}
+	if lockRead != 2 {
+		t.Errorf("%d package.lockfile records with the pinned digests, want 2", lockRead)
 	}
 	if t.Failed() || testing.Verbose() {
 		t.Logf("%s\nregistry saw %v", r, seen)

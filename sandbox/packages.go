@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 
+	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/broker"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -54,22 +55,23 @@ func packageEnv(port int, pol *policy.Policy) []string {
 // grants. A lockfile whose sha256 the policy pins must have it; with
 // lockfile_trust: workspace a notice saying that the workload controls
 // what is admitted is written to notice.
-func readLockfiles(pol *policy.Policy, notice io.Writer) ([]broker.NPMPin, []broker.GoPin, error) {
+func readLockfiles(pol *policy.Policy, notice io.Writer) ([]broker.NPMPin, []broker.GoPin, []audit.PackageLockfile, error) {
 	var pins []broker.NPMPin
 	var gopins []broker.GoPin
+	var read []audit.PackageLockfile
 	for i, g := range pol.Egress.Packages {
 		if g.Kind != policy.PackageNPM && g.Kind != policy.PackageGoProxy {
-			return nil, nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: kind %q is not served", i, g.Kind)}
+			return nil, nil, nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: kind %q is not served", i, g.Kind)}
 		}
 		for _, lf := range g.Lockfiles {
 			data, err := openLockfile(lf, broker.MaxLockfileBytes)
 			if err != nil {
-				return nil, nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: lockfile %s: %v", i, lf, err)}
+				return nil, nil, nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: lockfile %s: %v", i, lf, err)}
 			}
 			sum := sha256.Sum256(data)
 			got := hex.EncodeToString(sum[:])
 			if want, ok := g.PinnedDigest(lf); ok && want != got {
-				return nil, nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: lockfile %s has sha256 %s, but the policy pins %s: it changed since the policy was written; review the change, then pin the new digest in lockfile_sha256", i, lf, got, want)}
+				return nil, nil, nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: lockfile %s has sha256 %s, but the policy pins %s: it changed since the policy was written; review the change, then pin the new digest in lockfile_sha256", i, lf, got, want)}
 			}
 			if g.LockfileTrust == policy.TrustWorkspace && notice != nil {
 				fmt.Fprintf(notice, "moat: egress.packages[%d]: lockfile_trust is workspace: %s (sha256 %s) decides which %s packages this run admits, and the workload may have written it\n", i, lf, got, g.Kind)
@@ -77,30 +79,38 @@ func readLockfiles(pol *policy.Policy, notice io.Writer) ([]broker.NPMPin, []bro
 			if g.Kind == policy.PackageGoProxy {
 				p, err := broker.ParseGoSum(lf, data)
 				if err != nil {
-					return nil, nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: %v", i, err)}
+					return nil, nil, nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: %v", i, err)}
 				}
 				gopins = append(gopins, p...)
+				read = append(read, audit.PackageLockfile{Kind: g.Kind, Path: lf, SHA256: got, Pins: len(p), Trust: g.LockfileTrust})
 				continue
 			}
 			p, err := broker.ParseNPMLockfile(lf, data)
 			if err != nil {
-				return nil, nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: %v", i, err)}
+				return nil, nil, nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: %v", i, err)}
 			}
 			pins = append(pins, p...)
+			read = append(read, audit.PackageLockfile{Kind: g.Kind, Path: lf, SHA256: got, Pins: len(p), Trust: g.LockfileTrust})
 		}
 	}
-	return pins, gopins, nil
+	return pins, gopins, read, nil
 }
 
-// openPackages builds the broker's package route; nil (/pkg/ refused like
-// any unknown path) when the policy grants no registry.
+// openPackages builds the broker's package route and journals each
+// lockfile read (package.lockfile); nil (/pkg/ refused like any unknown
+// path) when the policy grants no registry.
 func (s *Session) openPackages(notice io.Writer) (*broker.Packages, error) {
 	if len(s.pol.Egress.Packages) == 0 {
 		return nil, nil
 	}
-	pins, gopins, err := readLockfiles(s.pol, notice)
+	pins, gopins, read, err := readLockfiles(s.pol, notice)
 	if err != nil {
 		return nil, err
+	}
+	for _, r := range read {
+		if _, err := s.w.Append(r); err != nil {
+			return nil, fmt.Errorf("journal: %w", err)
+		}
 	}
 	pk, err := broker.NewPackages(broker.PackagesConfig{Grants: s.pol.Egress.Packages, NPM: pins, Go: gopins,
 		BaseURL: "http://127.0.0.1:" + strconv.Itoa(s.BrokerPort), Dial: newEgressGuard().DialContext})

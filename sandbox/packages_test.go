@@ -40,15 +40,18 @@ func npmPolicy(lf, trust string, pinned map[string]string) *policy.Policy {
 func TestReadLockfiles(t *testing.T) {
 	dir := t.TempDir()
 	lf, sum := testLockfile(t, dir)
-	pins, _, err := readLockfiles(npmPolicy(lf, policy.TrustPinned, map[string]string{lf: sum}), nil)
+	pins, _, read, err := readLockfiles(npmPolicy(lf, policy.TrustPinned, map[string]string{lf: sum}), nil)
 	if err != nil || len(pins) != 1 || pins[0].Name != "left-pad" || pins[0].Lockfile != lf {
 		t.Fatalf("control: %v %+v", err, pins)
+	}
+	if len(read) != 1 || read[0].SHA256 != sum || read[0].Pins != 1 || read[0].Path != lf || read[0].Trust != policy.TrustPinned {
+		t.Errorf("package.lockfile records %+v", read)
 	}
 	// The workload edits the lockfile (adds a package) after the policy
 	// pinned it.
 	b, _ := os.ReadFile(lf)
 	os.WriteFile(lf, bytes.Replace(b, []byte(`"packages":{`), []byte(`"packages":{"node_modules/evil":{"version":"1.0.0","resolved":"https://registry.npmjs.org/evil/-/evil-1.0.0.tgz","integrity":"sha512-`+strings.Repeat("A", 86)+`=="},`), 1), 0o644)
-	if _, _, err := readLockfiles(npmPolicy(lf, policy.TrustPinned, map[string]string{lf: sum}), nil); err == nil || !strings.Contains(err.Error(), "the policy pins "+sum) {
+	if _, _, _, err := readLockfiles(npmPolicy(lf, policy.TrustPinned, map[string]string{lf: sum}), nil); err == nil || !strings.Contains(err.Error(), "the policy pins "+sum) {
 		t.Errorf("edited lockfile: %v", err)
 	}
 	// Symlinks: the final component, and a directory on the way.
@@ -58,12 +61,12 @@ func TestReadLockfiles(t *testing.T) {
 	linkDir := filepath.Join(dir, "linkdir")
 	os.Symlink(filepath.Dir(lf2), linkDir)
 	for _, p := range []string{link, filepath.Join(linkDir, "package-lock.json")} {
-		if _, _, err := readLockfiles(npmPolicy(p, policy.TrustWorkspace, nil), nil); err == nil || !strings.Contains(err.Error(), "symlink") {
+		if _, _, _, err := readLockfiles(npmPolicy(p, policy.TrustWorkspace, nil), nil); err == nil || !strings.Contains(err.Error(), "symlink") {
 			t.Errorf("%s: %v, want a symlink refusal", p, err)
 		}
 	}
 	var notice bytes.Buffer
-	if _, _, err := readLockfiles(npmPolicy(lf2, policy.TrustWorkspace, nil), &notice); err != nil {
+	if _, _, _, err := readLockfiles(npmPolicy(lf2, policy.TrustWorkspace, nil), &notice); err != nil {
 		t.Fatalf("control through the real path: %v", err)
 	}
 	if !strings.Contains(notice.String(), "lockfile_trust is workspace") || !strings.Contains(notice.String(), lf2) {
@@ -73,16 +76,16 @@ func TestReadLockfiles(t *testing.T) {
 	gs := filepath.Join(t.TempDir(), "go.sum")
 	os.WriteFile(gs, []byte("example.com/a v1.0.0 h1:"+strings.Repeat("A", 43)+"=\n"), 0o644)
 	gp := &policy.Policy{Egress: policy.Egress{Packages: []policy.PackageGrant{{Kind: policy.PackageGoProxy, Lockfiles: []string{gs}, LockfileTrust: policy.TrustWorkspace}}}}
-	if _, g, err := readLockfiles(gp, nil); err != nil || len(g) != 1 || g[0].Module != "example.com/a" {
+	if _, g, _, err := readLockfiles(gp, nil); err != nil || len(g) != 1 || g[0].Module != "example.com/a" {
 		t.Errorf("go.sum: %v %+v", err, g)
 	}
 	os.WriteFile(gs, []byte("example.com/a v1.0.0\n"), 0o644)
-	if _, _, err := readLockfiles(gp, nil); err == nil || !strings.Contains(err.Error(), "malformed") {
+	if _, _, _, err := readLockfiles(gp, nil); err == nil || !strings.Contains(err.Error(), "malformed") {
 		t.Errorf("malformed go.sum: %v", err)
 	}
 	// A malformed lockfile refuses the run.
 	os.WriteFile(lf2, []byte(`{"lockfileVersion":1}`), 0o644)
-	if _, _, err := readLockfiles(npmPolicy(lf2, policy.TrustWorkspace, nil), nil); err == nil || !strings.Contains(err.Error(), "lockfileVersion 1") {
+	if _, _, _, err := readLockfiles(npmPolicy(lf2, policy.TrustWorkspace, nil), nil); err == nil || !strings.Contains(err.Error(), "lockfileVersion 1") {
 		t.Errorf("v1 lockfile: %v", err)
 	}
 }
