@@ -298,7 +298,10 @@
 // lockfile's expected digest in its own form (npm's "sha512-<base64>",
 // go.sum's "h1:<base64>", the dirhash of the zip's files or of the
 // go.mod) and the lockfile that pins it; or "metadata" (an npm packument,
-// served filtered to the pinned versions). The Go proxy's @v/list and
+// served filtered to the pinned versions, or a PyPI index page served
+// with only the pinned files' links); or "file" (a PyPI distribution,
+// expected "sha256:<hex>", path its full URL, which may be on the
+// grant's files_upstream). The Go proxy's @v/list and
 // .info answers are made by moat from go.sum, fetch nothing and are not
 // journaled. path is the
 // path fetched below the upstream. A tarball whose bytes do not match

@@ -28,6 +28,7 @@ const (
 	PackageArtifactMetadata = "metadata" // resolution metadata (an npm packument), filtered to the pins
 	PackageArtifactZip      = "zip"      // a Go module zip, checked against go.sum's h1 hash
 	PackageArtifactGoMod    = "go.mod"   // a Go module's go.mod, checked against go.sum's h1 hash
+	PackageArtifactFile     = "file"     // a PyPI distribution file, checked against the requirements' sha256
 )
 
 // PackageRequested is the pre-effect record of one package fetch.

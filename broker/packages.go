@@ -78,8 +78,9 @@ type PackagesConfig struct {
 	// NPM are the pins of the npm grant's lockfiles, read once when the
 	// sandbox started (ParseNPMLockfile); Go those of the goproxy grant's
 	// go.sum files (ParseGoSum).
-	NPM []NPMPin
-	Go  []GoPin
+	NPM  []NPMPin
+	Go   []GoPin
+	PyPI []PyPIPin
 	// BaseURL is where the workload reaches the broker,
 	// "http://127.0.0.1:PORT": packuments' tarball URLs point there.
 	BaseURL string
@@ -94,6 +95,7 @@ type PackagesConfig struct {
 type Packages struct {
 	npm     *npmRegistry
 	goproxy *goRegistry
+	pypi    *pypiRegistry
 }
 
 // registry is what every kind shares: the grant, its upstream and
@@ -159,13 +161,18 @@ func NewPackages(cfg PackagesConfig) (*Packages, error) {
 			Timeout:       PackageTimeout,
 		}}
 		switch {
+		case g.Kind == policy.PackagePyPI && p.pypi == nil:
+			if p.pypi, err = newPyPIRegistry(base, cfg.PyPI); err != nil {
+				return nil, err
+			}
+			continue
 		case g.Kind == policy.PackageGoProxy && p.goproxy == nil:
 			if p.goproxy, err = newGoRegistry(base, cfg.Go); err != nil {
 				return nil, err
 			}
 			continue
 		case g.Kind == policy.PackageNPM && p.npm == nil:
-		case g.Kind == policy.PackageNPM || g.Kind == policy.PackageGoProxy:
+		case g.Kind == policy.PackageNPM || g.Kind == policy.PackageGoProxy || g.Kind == policy.PackagePyPI:
 			return nil, fmt.Errorf("moat: broker: packages: %s is granted twice", g.Kind)
 		default:
 			return nil, fmt.Errorf("moat: broker: packages: kind %q is not served", g.Kind)
@@ -197,7 +204,8 @@ func (b *Broker) servePackage(x *exchange, req *request) bool {
 	x.api, x.endpoint = "package", PackagesPathPrefix+kind
 	r := b.cfg.Packages.npm
 	g := b.cfg.Packages.goproxy
-	if !(kind == policy.PackageNPM && r != nil || kind == policy.PackageGoProxy && g != nil) {
+	py := b.cfg.Packages.pypi
+	if !(kind == policy.PackageNPM && r != nil || kind == policy.PackageGoProxy && g != nil || kind == policy.PackagePyPI && py != nil) {
 		return b.refusePackage(x, "", "", req.method, refuse(ReasonPackageUnknownKind, 404, "no package registry %s is granted; the policy's egress.packages grants %s", quote(kind), b.cfg.Packages.kinds()))
 	}
 	if b.failed.Load() {
@@ -208,6 +216,9 @@ func (b *Broker) servePackage(x *exchange, req *request) bool {
 	}
 	if kind == policy.PackageGoProxy {
 		return b.serveGoProxy(x, req, g, rest)
+	}
+	if kind == policy.PackagePyPI {
+		return b.servePyPI(x, req, py, rest)
 	}
 	if rest == "" || strings.HasPrefix(rest, "-/") {
 		return b.refusePackage(x, kind, "", req.method, refuse(ReasonPackageEndpoint, 404, "registry endpoint %s is not served: moat serves only the packages and tarballs %s pins", quote("/"+rest), r.lockfiles()))
@@ -225,6 +236,9 @@ func (p *Packages) kinds() string {
 	}
 	if p.goproxy != nil {
 		ks = append(ks, policy.PackageGoProxy)
+	}
+	if p.pypi != nil {
+		ks = append(ks, policy.PackagePyPI)
 	}
 	if len(ks) == 0 {
 		return "none"
@@ -317,6 +331,13 @@ func (b *Broker) fetchPackage(x *exchange, req *request, r *registry, rec audit.
 		prefix = ""
 	}
 	u.Path, u.RawPath = prefix+path, ""
+	if strings.HasPrefix(path, "https://") {
+		pu, err := url.Parse(path) // a PyPI file on the grant's files host, checked by the caller
+		if err != nil {
+			return 0, nil, b.packageFailure(x, 0, ReasonInternal, 500, "", "BUG: a checked file URL does not parse: "+err.Error())
+		}
+		u = *pu
+	}
 	hreq, err := http.NewRequestWithContext(b.ctx, http.MethodGet, u.String(), http.NoBody)
 	if err != nil {
 		return 0, nil, b.packageFailure(x, 0, ReasonInternal, 500, "", "BUG: building the upstream request: "+err.Error())

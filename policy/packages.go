@@ -45,16 +45,23 @@ type PackageGrant struct {
 	// CAFile adds PEM certificates to the system's roots for the upstream
 	// (a private mirror); empty: the system's roots only.
 	CAFile string `yaml:"ca_file,omitempty" json:"ca_file,omitempty"`
+	// FilesUpstream (pypi only) is where the index's file links may
+	// point besides upstream itself (https; default
+	// https://files.pythonhosted.org when upstream is the default).
+	FilesUpstream string `yaml:"files_upstream,omitempty" json:"files_upstream,omitempty"`
 }
 
 // Package kinds, trust modes and limits.
 const (
 	PackageNPM              = "npm"
 	PackageGoProxy          = "goproxy"
+	PackagePyPI             = "pypi"
 	TrustPinned             = "pinned"
 	TrustWorkspace          = "workspace"
 	DefaultNPMUpstream      = "https://registry.npmjs.org"
 	DefaultGoProxyUpstream  = "https://proxy.golang.org"
+	DefaultPyPIUpstream     = "https://pypi.org"
+	DefaultPyPIFiles        = "https://files.pythonhosted.org"
 	DefaultPackageRequests  = 4096
 	MaxPackageGrants        = 8
 	MaxLockfilesPerGrant    = 16
@@ -62,12 +69,12 @@ const (
 )
 
 // PackageKinds are the registry kinds moat serves.
-var PackageKinds = []string{PackageNPM, PackageGoProxy}
+var PackageKinds = []string{PackageNPM, PackageGoProxy, PackagePyPI}
 
 // defaultUpstreams are the upstreams of the kinds that have one.
-var defaultUpstreams = map[string]string{PackageNPM: DefaultNPMUpstream, PackageGoProxy: DefaultGoProxyUpstream}
+var defaultUpstreams = map[string]string{PackageNPM: DefaultNPMUpstream, PackageGoProxy: DefaultGoProxyUpstream, PackagePyPI: DefaultPyPIUpstream}
 
-var packageKeys = []string{"kind", "upstream", "lockfiles", "lockfile_trust", "lockfile_sha256", "max_requests", "ca_file"}
+var packageKeys = []string{"kind", "upstream", "lockfiles", "lockfile_trust", "lockfile_sha256", "max_requests", "ca_file", "files_upstream"}
 
 // PinnedDigest returns the sha256 the policy pins for lockfile, if any.
 func (g *PackageGrant) PinnedDigest(lockfile string) (string, bool) {
@@ -163,6 +170,18 @@ func (d *decoder) packageGrant(n *yaml.Node, ip string) (PackageGrant, bool) {
 		if x, ok := d.limit(v, ip+".max_requests", 0, MaxPackageRequestsLimit); ok {
 			g.MaxRequests = x
 		}
+	}
+	if v := f["files_upstream"]; v != nil {
+		if u, ok := d.str(v, ip+".files_upstream"); ok {
+			if g.Kind != PackagePyPI {
+				d.add(v, CodeBadValue, ip+".files_upstream", "files_upstream is for kind pypi only")
+			} else if msg := checkServiceURL(u); msg != "" {
+				d.add(v, CodeURL, ip+".files_upstream", "%s", strings.Replace(msg, "base_url", "files_upstream", 1))
+			}
+			g.FilesUpstream = strings.TrimSuffix(u, "/")
+		}
+	} else if g.Kind == PackagePyPI && g.Upstream == DefaultPyPIUpstream {
+		g.FilesUpstream = DefaultPyPIFiles
 	}
 	if v := f["ca_file"]; v != nil {
 		if p, ok := d.path(v, ip+".ca_file"); ok {

@@ -50,6 +50,10 @@ func TestPackagesDecode(t *testing.T) {
 	if pe != nil {
 		t.Fatal(pe)
 	}
+	p3, pe := f.parse(t, "version: 1\negress: {packages: [{kind: pypi, lockfiles: [data/go.sum]}]}\n")
+	if pe != nil || p3.Egress.Packages[0].Upstream != DefaultPyPIUpstream || p3.Egress.Packages[0].FilesUpstream != DefaultPyPIFiles {
+		t.Errorf("pypi grant %v %+v", pe, p3)
+	}
 	if g := p2.Egress.Packages[0]; g.Kind != PackageGoProxy || g.Upstream != DefaultGoProxyUpstream || g.Lockfiles[0] != gs {
 		t.Errorf("goproxy grant %+v", g)
 	}
@@ -116,7 +120,9 @@ func TestPackagesRefused(t *testing.T) {
 		{"{kind: npm, lockfiles: [data/package-lock.json], lockfile_sha256: {data/package-lock.json: ABC}}", CodeBadValue, "egress.packages[0].lockfile_sha256.data/package-lock.json"},
 		{"{kind: npm, lockfiles: [data/package-lock.json], lockfile_sha256: {data/other.json: " + strings.Repeat("a", 64) + "}}", CodeBadValue, "egress.packages[0].lockfile_sha256.data/other.json"},
 		{"{kind: npm, lockfiles: [data/package-lock.json]}, {kind: npm, lockfiles: [data/package-lock.json]}", CodeDuplicate, "egress.packages[1].kind"},
-		{"{kind: pypi, lockfiles: [data/package-lock.json]}", CodeBadValue, "egress.packages[0].kind"},
+		{"{kind: rubygems, lockfiles: [data/package-lock.json]}", CodeBadValue, "egress.packages[0].kind"},
+		{"{kind: npm, lockfiles: [data/package-lock.json], files_upstream: \"https://x.example\"}", CodeBadValue, "egress.packages[0].files_upstream"},
+		{"{kind: pypi, lockfiles: [data/package-lock.json], files_upstream: \"http://x.example\"}", CodeURL, "egress.packages[0].files_upstream"},
 		{"{kind: npm, lockfiles: [data/package-lock.json], ca_file: data/none.pem}", CodeNotFound, "egress.packages[0].ca_file"},
 		{"{kind: npm, lockfiles: [data/package-lock.json], ca_file: data}", CodeBadValue, "egress.packages[0].ca_file"},
 	} {

@@ -29,6 +29,10 @@ import (
 //
 //	GOPROXY=http://127.0.0.1:PORT/pkg/goproxy
 //	GOSUMDB=off     # go.sum is the authority; the broker admits nothing else
+//
+// and pip at the PyPI route:
+//
+//	PIP_INDEX_URL=http://127.0.0.1:PORT/pkg/pypi/simple/
 const npmRegistryPath = broker.PackagesPathPrefix + policy.PackageNPM + "/"
 
 // packageEnv is the workload's npm and go variables for the policy's
@@ -46,6 +50,8 @@ func packageEnv(port int, pol *policy.Policy) []string {
 				"npm_config_update_notifier=false")
 		case policy.PackageGoProxy:
 			env = append(env, "GOPROXY="+base+broker.PackagesPathPrefix+policy.PackageGoProxy, "GOSUMDB=off")
+		case policy.PackagePyPI:
+			env = append(env, "PIP_INDEX_URL="+base+broker.PackagesPathPrefix+policy.PackagePyPI+"/simple/")
 		}
 	}
 	return env
@@ -55,31 +61,41 @@ func packageEnv(port int, pol *policy.Policy) []string {
 // grants. A lockfile whose sha256 the policy pins must have it; with
 // lockfile_trust: workspace a notice saying that the workload controls
 // what is admitted is written to notice.
-func readLockfiles(pol *policy.Policy, notice io.Writer) ([]broker.NPMPin, []broker.GoPin, []audit.PackageLockfile, error) {
+func readLockfiles(pol *policy.Policy, notice io.Writer) (*broker.PackagesConfig, []audit.PackageLockfile, error) {
 	var pins []broker.NPMPin
 	var gopins []broker.GoPin
+	var pypins []broker.PyPIPin
 	var read []audit.PackageLockfile
 	for i, g := range pol.Egress.Packages {
-		if g.Kind != policy.PackageNPM && g.Kind != policy.PackageGoProxy {
-			return nil, nil, nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: kind %q is not served", i, g.Kind)}
+		if g.Kind != policy.PackageNPM && g.Kind != policy.PackageGoProxy && g.Kind != policy.PackagePyPI {
+			return nil, nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: kind %q is not served", i, g.Kind)}
 		}
 		for _, lf := range g.Lockfiles {
 			data, err := openLockfile(lf, broker.MaxLockfileBytes)
 			if err != nil {
-				return nil, nil, nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: lockfile %s: %v", i, lf, err)}
+				return nil, nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: lockfile %s: %v", i, lf, err)}
 			}
 			sum := sha256.Sum256(data)
 			got := hex.EncodeToString(sum[:])
 			if want, ok := g.PinnedDigest(lf); ok && want != got {
-				return nil, nil, nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: lockfile %s has sha256 %s, but the policy pins %s: it changed since the policy was written; review the change, then pin the new digest in lockfile_sha256", i, lf, got, want)}
+				return nil, nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: lockfile %s has sha256 %s, but the policy pins %s: it changed since the policy was written; review the change, then pin the new digest in lockfile_sha256", i, lf, got, want)}
 			}
 			if g.LockfileTrust == policy.TrustWorkspace && notice != nil {
 				fmt.Fprintf(notice, "moat: egress.packages[%d]: lockfile_trust is workspace: %s (sha256 %s) decides which %s packages this run admits, and the workload may have written it\n", i, lf, got, g.Kind)
 			}
+			if g.Kind == policy.PackagePyPI {
+				p, err := broker.ParseRequirements(lf, data)
+				if err != nil {
+					return nil, nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: %v", i, err)}
+				}
+				pypins = append(pypins, p...)
+				read = append(read, audit.PackageLockfile{Kind: g.Kind, Path: lf, SHA256: got, Pins: len(p), Trust: g.LockfileTrust})
+				continue
+			}
 			if g.Kind == policy.PackageGoProxy {
 				p, err := broker.ParseGoSum(lf, data)
 				if err != nil {
-					return nil, nil, nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: %v", i, err)}
+					return nil, nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: %v", i, err)}
 				}
 				gopins = append(gopins, p...)
 				read = append(read, audit.PackageLockfile{Kind: g.Kind, Path: lf, SHA256: got, Pins: len(p), Trust: g.LockfileTrust})
@@ -87,13 +103,13 @@ func readLockfiles(pol *policy.Policy, notice io.Writer) ([]broker.NPMPin, []bro
 			}
 			p, err := broker.ParseNPMLockfile(lf, data)
 			if err != nil {
-				return nil, nil, nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: %v", i, err)}
+				return nil, nil, &RefusedError{Msg: fmt.Sprintf("egress.packages[%d]: %v", i, err)}
 			}
 			pins = append(pins, p...)
 			read = append(read, audit.PackageLockfile{Kind: g.Kind, Path: lf, SHA256: got, Pins: len(p), Trust: g.LockfileTrust})
 		}
 	}
-	return pins, gopins, read, nil
+	return &broker.PackagesConfig{Grants: pol.Egress.Packages, NPM: pins, Go: gopins, PyPI: pypins}, read, nil
 }
 
 // openPackages builds the broker's package route and journals each
@@ -103,7 +119,7 @@ func (s *Session) openPackages(notice io.Writer) (*broker.Packages, error) {
 	if len(s.pol.Egress.Packages) == 0 {
 		return nil, nil
 	}
-	pins, gopins, read, err := readLockfiles(s.pol, notice)
+	cfg, read, err := readLockfiles(s.pol, notice)
 	if err != nil {
 		return nil, err
 	}
@@ -112,8 +128,8 @@ func (s *Session) openPackages(notice io.Writer) (*broker.Packages, error) {
 			return nil, fmt.Errorf("journal: %w", err)
 		}
 	}
-	pk, err := broker.NewPackages(broker.PackagesConfig{Grants: s.pol.Egress.Packages, NPM: pins, Go: gopins,
-		BaseURL: "http://127.0.0.1:" + strconv.Itoa(s.BrokerPort), Dial: newEgressGuard().DialContext})
+	cfg.BaseURL, cfg.Dial = "http://127.0.0.1:"+strconv.Itoa(s.BrokerPort), newEgressGuard().DialContext
+	pk, err := broker.NewPackages(*cfg)
 	if err != nil {
 		return nil, &RefusedError{Msg: err.Error()}
 	}
