@@ -388,3 +388,96 @@ func TestPackagesGoProxy(t *testing.T) {
 		t.Logf("%s\nproxy saw %v", r, seen)
 	}
 }
+
+const pypiScript = `
+set -u
+export HOME=/tmp
+pd() { # label requirements
+  pip download --no-cache-dir --no-deps --disable-pip-version-check --retries 0 --require-hashes -r "$WS/$2" -d "/tmp/dl-$1" >"/tmp/$1.log" 2>&1 \
+    && echo "$1 downloaded $(ls /tmp/dl-$1)" || echo "$1 refused"
+}
+pd pinned req-good.txt
+pd tampered req-bad.txt
+pip download --no-cache-dir --no-deps --disable-pip-version-check --retries 0 -d /tmp/dl-squat dem0-pkg >/tmp/squat.log 2>&1 && echo "squat downloaded" || echo "squat refused"
+`
+
+// TestPackagesPyPI: pip download --require-hashes inside a native
+// sandbox (PIP_INDEX_URL set by moat) gets the pinned wheel through
+// /pkg/pypi from a local TLS index; a tampered wheel and an unpinned
+// name are refused in the same run.
+func TestPackagesPyPI(t *testing.T) {
+	_, err := exec.LookPath("pip")
+	testenv.Need(t, err == nil, "pip is not installed")
+	bin := hooksBin(t)
+	e := newEnv(t)
+	caPEM, srvCert := egressTestCerts(t)
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	testenv.Need(t, err == nil, "cannot listen on 127.0.0.2")
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	whl := demoWheel(t)
+	sum := sha256.Sum256(whl)
+	good := hex.EncodeToString(sum[:])
+	bad := strings.Repeat("0", 64) // pinned for other-pkg; the index serves different bytes
+	files := map[string][]byte{
+		"/files/demo_pkg-1.0-py3-none-any.whl":  whl,
+		"/files/other_pkg-1.0-py3-none-any.whl": whl,
+		"/simple/demo-pkg/":                     []byte(`<html><body><a href="/files/demo_pkg-1.0-py3-none-any.whl#sha256=` + good + `">demo_pkg-1.0-py3-none-any.whl</a></body></html>`),
+		"/simple/other-pkg/":                    []byte(`<html><body><a href="/files/other_pkg-1.0-py3-none-any.whl#sha256=` + bad + `">other_pkg-1.0-py3-none-any.whl</a></body></html>`),
+		"/simple/dem0-pkg/":                     []byte(`<html><body><a href="/files/demo_pkg-1.0-py3-none-any.whl#sha256=` + good + `">x</a></body></html>`),
+	}
+	var mu sync.Mutex
+	var seen []string
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, fmt.Sprintf("%s %s pre-effect=%t", r.Method, r.URL.Path, r.Header.Get("Moat-Pre-Effect") != ""))
+		mu.Unlock()
+		if b, ok := files[r.URL.Path]; ok {
+			w.Write(b)
+			return
+		}
+		http.NotFound(w, r)
+	}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{srvCert}}}
+	go srv.ServeTLS(ln, "", "")
+	defer srv.Close()
+	ws := e.workspace
+	goodReq, badReq := filepath.Join(ws, "req-good.txt"), filepath.Join(ws, "req-bad.txt")
+	writeFile(t, goodReq, "demo-pkg==1.0 --hash=sha256:"+good+"\n")
+	writeFile(t, badReq, "other-pkg==1.0 --hash=sha256:"+bad+"\n")
+	ca := filepath.Join(e.dir, "ca.pem")
+	writeFile(t, ca, caPEM)
+	pol := e.policy(fmt.Sprintf(`egress:
+  packages:
+    - kind: pypi
+      upstream: https://127.0.0.2:%s
+      ca_file: %s
+      lockfiles: [%s, %s]
+      lockfile_trust: workspace
+`, port, ca, goodReq, badReq))
+	writeFile(t, pol, strings.Replace(readFile(t, pol), "env: {PATH: /usr/bin:/bin}",
+		fmt.Sprintf("env: {PATH: /usr/bin:/bin, WS: %s}", ws), 1))
+	cmd := exec.Command(bin, "run", "--policy", pol, "--", "/bin/sh", "-c", pypiScript)
+	cmd.Dir = e.dir
+	cmd.Env = append(os.Environ(), "MOAT_STATE_DIR="+e.stateDir, "MOAT_TEST_GLOBAL_ADDR=127.0.0.2")
+	var so, se strings.Builder
+	cmd.Stdout, cmd.Stderr = &so, &se
+	cmd.Run()
+	r := result{so.String(), se.String(), cmd.ProcessState.ExitCode()}
+	for _, want := range []string{"pinned downloaded demo_pkg-1.0-py3-none-any.whl\n", "tampered refused\n", "squat refused\n"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("missing %q in the workload's output", want)
+		}
+	}
+	mu.Lock()
+	for _, s := range seen {
+		if !strings.HasSuffix(s, "pre-effect=true") || strings.Contains(s, "dem0") {
+			t.Errorf("the index saw %q", s)
+		}
+	}
+	if !slices.Contains(seen, "GET /files/demo_pkg-1.0-py3-none-any.whl pre-effect=true") {
+		t.Errorf("the index saw %v, want the pinned wheel", seen)
+	}
+	mu.Unlock()
+	if t.Failed() || testing.Verbose() {
+		t.Logf("%s\nindex saw %v", r, seen)
+	}
+}
