@@ -369,20 +369,7 @@ func verifyFaultsBundle(dir string, pins Pins, files map[string]string, res *Ver
 	} else if want := renderFaultsMarkdown(&rep); !bytes.Equal(md, want) {
 		bad("report.md differs from the one regenerated from report.json (%s)", firstDiff(md, want))
 	}
-	fixed := FaultCaseNames()
-	idx := -1
-	for _, n := range rep.Planned {
-		i := slices.Index(fixed, n)
-		if i <= idx {
-			bad("planned case %q is unknown, repeated or out of order", n)
-			continue
-		}
-		idx = i
-	}
-	full := slices.Equal(rep.Planned, fixed)
-	if rep.Complete != full {
-		bad("report says complete=%v, but %d of %d cases were planned", rep.Complete, len(rep.Planned), len(fixed))
-	}
+	full := checkPlanned(rep.Planned, FaultCaseNames(), rep.Complete, bad)
 	if len(rep.Cases) != len(rep.Planned) {
 		bad("%d planned cases, %d reported", len(rep.Planned), len(rep.Cases))
 	}

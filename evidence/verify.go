@@ -127,20 +127,7 @@ func VerifyBundlePinned(dir string, pins Pins) (res VerifyResult) {
 	}
 
 	// Planned list: a subsequence of the fixed list, without repeats.
-	fixed := CaseNames()
-	idx := -1
-	for _, n := range rep.Planned {
-		i := slices.Index(fixed, n)
-		if i <= idx {
-			bad("planned case %q is unknown, repeated or out of order", n)
-			continue
-		}
-		idx = i
-	}
-	full := slices.Equal(rep.Planned, fixed)
-	if rep.Complete != full {
-		bad("report says complete=%v, but %d of %d cases were planned", rep.Complete, len(rep.Planned), len(fixed))
-	}
+	full := checkPlanned(rep.Planned, CaseNames(), rep.Complete, bad)
 	if len(rep.Cases) != len(rep.Planned) {
 		bad("%d planned cases, %d reported: a planned case is missing", len(rep.Planned), len(rep.Cases))
 	}
@@ -372,4 +359,25 @@ func mustJSON(v any) string {
 		return "BUG: " + err.Error()
 	}
 	return string(b)
+}
+
+// checkPlanned checks a report's planned list against its suite's fixed
+// list: a subsequence without repeats, and complete exactly when it is
+// the whole list. It reports whether the list is whole. Both suites'
+// verifiers use it.
+func checkPlanned(planned, fixed []string, complete bool, bad func(string, ...any)) (full bool) {
+	idx := -1
+	for _, n := range planned {
+		i := slices.Index(fixed, n)
+		if i <= idx {
+			bad("planned case %q is unknown, repeated or out of order", n)
+			continue
+		}
+		idx = i
+	}
+	full = slices.Equal(planned, fixed)
+	if complete != full {
+		bad("report says complete=%v, but %d of %d cases were planned", complete, len(planned), len(fixed))
+	}
+	return full
 }
