@@ -293,7 +293,7 @@ func (b *Broker) serveNPMPackument(x *exchange, req *request, r *npmRegistry, na
 		return b.refusePackage(x, policy.PackageNPM, name, req.method, r.notPinned(name))
 	}
 	rec := audit.PackageRequested{RequestID: x.id, Kind: policy.PackageNPM, Artifact: audit.PackageArtifactMetadata, Name: name, Path: "/" + name}
-	status, data, ok := b.fetchPackage(x, req, r.registry, rec, "/"+name, "application/json")
+	status, data, ok := b.fetchPackage(x, req, r.registry, rec, "/"+name, npmPackumentAccept)
 	if !ok {
 		return false
 	}
@@ -478,8 +478,7 @@ func (r *npmRegistry) filterPackument(name string, data []byte) ([]byte, error) 
 			return nil, fmt.Errorf("version %s does not describe %s@%s", pin.Version, name, pin.Version)
 		}
 		dist, _ := json.Marshal(map[string]string{"tarball": r.self + pin.TarballPath, "integrity": pin.IntegrityString()})
-		v["dist"] = dist
-		versions[pin.Version] = v
+		versions[pin.Version] = npmManifest(v, dist)
 		if latest == "" || compareSemver(pin.Version, latest) > 0 {
 			latest = pin.Version
 		}

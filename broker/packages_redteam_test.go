@@ -1,0 +1,165 @@
+package broker
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/moat-sandbox/moat/internal/testenv"
+	"github.com/moat-sandbox/moat/policy"
+)
+
+// npmTarballFiles builds a package tarball of the given package/... files.
+func npmTarballFiles(t testing.TB, files [][2]string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	for _, f := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: "package/" + f[0], Mode: 0o644, Size: int64(len(f[1])), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write([]byte(f[1]))
+	}
+	tw.Close()
+	zw.Close()
+	return buf.Bytes()
+}
+
+// npmRedteam is a registry serving one pinned package, hooked 1.0.0,
+// whose tarball's package.json has an install script that writes
+// TARBALL_RAN; the test sets the packument.
+type npmRedteam struct {
+	reg     *fakeRegistry
+	tgz     []byte
+	lock    []byte
+	h       *harness
+	mu      sync.Mutex
+	accepts []string
+}
+
+const hookedPath = "/hooked/-/hooked-1.0.0.tgz"
+
+func newNPMRedteam(t *testing.T) *npmRedteam {
+	t.Helper()
+	f := &npmRedteam{reg: &fakeRegistry{files: map[string][]byte{}, tampered: map[string][]byte{}}}
+	f.reg.srv = newTLSRegistry(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		f.accepts = append(f.accepts, r.Header.Get("Accept"))
+		f.mu.Unlock()
+		f.reg.ServeHTTP(w, r)
+	}))
+	f.tgz = npmTarballFiles(t, [][2]string{
+		{"package.json", `{"name":"hooked","version":"1.0.0","main":"index.js","bin":{"hooked":"cli.js"},` +
+			`"scripts":{"install":"node -e \"require('fs').writeFileSync('TARBALL_RAN','x')\""}}`},
+		{"index.js", "module.exports = 'hooked@1.0.0'\n"},
+		{"cli.js", "#!/usr/bin/env node\nconsole.log('hooked')\n"},
+	})
+	f.reg.files[hookedPath] = f.tgz
+	f.lock = []byte(`{"name":"app","version":"1.0.0","lockfileVersion":3,"requires":true,"packages":{` +
+		`"":{"name":"app","version":"1.0.0","dependencies":{"hooked":"1.0.0"}},` +
+		`"node_modules/hooked":{"version":"1.0.0","resolved":"https://registry.npmjs.org` + hookedPath + `","integrity":"` + sri(f.tgz) + `","hasInstallScript":true,"bin":{"hooked":"cli.js"}}}}`)
+	lockfile := filepath.Join(t.TempDir(), "package-lock.json")
+	os.WriteFile(lockfile, f.lock, 0o644)
+	pins, err := ParseNPMLockfile(lockfile, f.lock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := newFakeProvider(t, false)
+	f.h = startBroker(t, fp, testPolicy(fp.srv.URL, 10), nil, func(c *Config) {
+		pk, err := NewPackages(PackagesConfig{
+			Grants:  []policy.PackageGrant{{Kind: policy.PackageNPM, Upstream: f.reg.srv.URL, Lockfiles: []string{lockfile}, LockfileTrust: policy.TrustPinned, MaxRequests: 100}},
+			NPM:     pins,
+			BaseURL: "http://127.0.0.1:1",
+			Dial:    testGuard(), RootCAs: f.reg.pool()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Packages = pk
+	})
+	f.reg.verify = f.h.j.verify
+	t.Cleanup(func() {
+		if len(f.reg.bad) > 0 {
+			t.Errorf("the registry got requests without a journaled pre-effect line: %v", f.reg.bad)
+		}
+	})
+	return f
+}
+
+// confusedPackument is hooked's packument as a malicious upstream serves
+// it: the pinned version's manifest carries an install script (and other
+// fields) that the pinned tarball does not have.
+const confusedPackument = `{"name":"hooked","dist-tags":{"latest":"1.0.0"},"versions":{"1.0.0":{` +
+	`"name":"hooked","version":"1.0.0","bin":{"hooked":"cli.js"},"dependencies":{},"_hasShrinkwrap":true,"gypfile":false,` +
+	`"scripts":{"install":"node -e \"require('fs').writeFileSync('PWNED','x')\"","preinstall":"node -e \"require('fs').writeFileSync('PWNED','x')\""},` +
+	`"dist":{"tarball":"https://registry.npmjs.org/hooked/-/hooked-1.0.0.tgz"}}}}`
+
+// TestRedteamNPMManifestConfusion: the upstream cannot run code through
+// the packument of a pinned version. npm runs the install scripts of the
+// packument's manifest, not of the tarball's package.json, so a packument
+// whose pinned version names scripts the pinned tarball lacks ran them
+// although the tarball's digest matched. The served manifest keeps only
+// resolution fields and bin, with hasInstallScript set so that npm runs
+// the verified tarball's own scripts (the positive control).
+func TestRedteamNPMManifestConfusion(t *testing.T) {
+	f := newNPMRedteam(t)
+	f.reg.files["/hooked"] = []byte(confusedPackument)
+	r := f.h.raw(pkgGet("/pkg/npm/hooked"))
+	if r.status != 200 {
+		t.Fatalf("packument: %d %s", r.status, r.body)
+	}
+	var doc struct {
+		Versions map[string]map[string]json.RawMessage `json:"versions"`
+	}
+	if err := json.Unmarshal([]byte(r.body), &doc); err != nil {
+		t.Fatal(err)
+	}
+	v := doc.Versions["1.0.0"]
+	for _, k := range []string{"scripts", "_hasShrinkwrap", "gypfile"} {
+		if _, ok := v[k]; ok {
+			t.Errorf("the served manifest keeps the upstream's %s: %s", k, r.body)
+		}
+	}
+	if string(v["hasInstallScript"]) != "true" || string(v["bin"]) != `{"hooked":"cli.js"}` || string(v["name"]) != `"hooked"` {
+		t.Errorf("the served manifest lost what npm needs: %s", r.body)
+	}
+	f.mu.Lock()
+	accept := f.accepts[len(f.accepts)-1]
+	f.mu.Unlock()
+	if !strings.HasPrefix(accept, "application/vnd.npm.install-v1+json") {
+		t.Errorf("packument fetched with Accept %q, not the abbreviated document npm installs from", accept)
+	}
+
+	npm, err := exec.LookPath("npm")
+	testenv.Need(t, err == nil, "npm is not installed (CI installs nodejs and npm)")
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "package.json"), []byte(`{"name":"app","version":"1.0.0"}`), 0o644)
+	cmd := exec.Command(npm, "install", "--no-audit", "--no-fund", "--fetch-retries=0", "hooked@1.0.0")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "npm_config_registry=http://"+f.h.addr+"/pkg/npm/", "npm_config_replace_registry_host=always",
+		"npm_config_cache="+filepath.Join(dir, ".cache"), "npm_config_userconfig="+filepath.Join(dir, ".npmrc"), "npm_config_update_notifier=false")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("npm install: %v\n%s", err, out)
+	}
+	pkg := filepath.Join(dir, "node_modules", "hooked")
+	if _, err := os.Stat(filepath.Join(pkg, "PWNED")); err == nil {
+		t.Errorf("npm ran the install script of the upstream's packument, which the pinned tarball does not have:\n%s", out)
+	}
+	// Positive control: the verified tarball's own install script runs,
+	// and its bin is linked.
+	if _, err := os.Stat(filepath.Join(pkg, "TARBALL_RAN")); err != nil {
+		t.Errorf("the pinned tarball's own install script did not run: %v\n%s", err, out)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "node_modules", ".bin", "hooked")); err != nil {
+		t.Errorf("the bin was not linked: %v", err)
+	}
+}
