@@ -91,8 +91,18 @@ type PackagesConfig struct {
 	RootCAs *x509.CertPool
 }
 
-// Packages is the broker's package route (Config.Packages).
+// Packages is the broker's package route (Config.Packages). Its pins
+// are one packageSet, replaced whole by Reload (an operator's explicit
+// re-read of the lockfiles); each request uses the set it loaded first.
 type Packages struct {
+	set   atomic.Pointer[packageSet]
+	bases []*registry // one per grant: upstream, client and allowance, kept across reloads
+	self  string      // BaseURL
+}
+
+// packageSet is the served registries built from one reading of the
+// lockfiles.
+type packageSet struct {
 	npm     *npmRegistry
 	goproxy *goRegistry
 	pypi    *pypiRegistry
@@ -122,7 +132,8 @@ func NewPackages(cfg PackagesConfig) (*Packages, error) {
 	if u, err := url.Parse(cfg.BaseURL); err != nil || u.Scheme != "http" || u.Host == "" || u.Path != "" {
 		return nil, fmt.Errorf("moat: broker: packages: base URL %q must be http://host:port", cfg.BaseURL)
 	}
-	p := &Packages{}
+	p := &Packages{self: cfg.BaseURL}
+	kinds := map[string]bool{}
 	for i := range cfg.Grants {
 		g := &cfg.Grants[i]
 		roots := cfg.RootCAs
@@ -161,37 +172,42 @@ func NewPackages(cfg PackagesConfig) (*Packages, error) {
 			Timeout:       PackageTimeout,
 		}}
 		switch {
-		case g.Kind == policy.PackagePyPI && p.pypi == nil:
-			if p.pypi, err = newPyPIRegistry(base, cfg.PyPI); err != nil {
-				return nil, err
-			}
-			continue
-		case g.Kind == policy.PackageGoProxy && p.goproxy == nil:
-			if p.goproxy, err = newGoRegistry(base, cfg.Go); err != nil {
-				return nil, err
-			}
-			continue
-		case g.Kind == policy.PackageNPM && p.npm == nil:
-		case g.Kind == policy.PackageNPM || g.Kind == policy.PackageGoProxy || g.Kind == policy.PackagePyPI:
-			return nil, fmt.Errorf("moat: broker: packages: %s is granted twice", g.Kind)
-		default:
+		case !slices.Contains(policy.PackageKinds, g.Kind):
 			return nil, fmt.Errorf("moat: broker: packages: kind %q is not served", g.Kind)
+		case kinds[g.Kind]:
+			return nil, fmt.Errorf("moat: broker: packages: %s is granted twice", g.Kind)
 		}
-		r := &npmRegistry{registry: base, self: cfg.BaseURL + PackagesPathPrefix + policy.PackageNPM,
-			byTarball: map[string]*NPMPin{}, byName: map[string][]*NPMPin{}}
-		for j := range cfg.NPM {
-			pin := &cfg.NPM[j]
-			if prev, dup := r.byTarball[pin.TarballPath]; dup && prev.Integrity != pin.Integrity {
-				return nil, fmt.Errorf("moat: broker: packages: %s is pinned to two digests (%s and %s)", pin.TarballPath, prev.Lockfile, pin.Lockfile)
-			}
-			r.byTarball[pin.TarballPath] = pin
-			if !slices.ContainsFunc(r.byName[pin.Name], func(q *NPMPin) bool { return q.Version == pin.Version }) {
-				r.byName[pin.Name] = append(r.byName[pin.Name], pin)
-			}
-		}
-		p.npm = r
+		kinds[g.Kind] = true
+		p.bases = append(p.bases, base)
 	}
+	set, err := p.build(cfg)
+	if err != nil {
+		return nil, err
+	}
+	p.set.Store(set)
 	return p, nil
+}
+
+// build makes the served registries of the grants from the pins of cfg
+// (NPM, Go, PyPI); the grants' upstreams, clients and allowances are
+// p's.
+func (p *Packages) build(cfg PackagesConfig) (*packageSet, error) {
+	set := &packageSet{}
+	var err error
+	for _, base := range p.bases {
+		switch base.grant.Kind {
+		case policy.PackagePyPI:
+			set.pypi, err = newPyPIRegistry(base, cfg.PyPI)
+		case policy.PackageGoProxy:
+			set.goproxy, err = newGoRegistry(base, cfg.Go)
+		case policy.PackageNPM:
+			set.npm, err = newNPMRegistry(base, p.self+PackagesPathPrefix+policy.PackageNPM, cfg.NPM)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return set, nil
 }
 
 // lockfiles names the grant's lockfiles, for messages.
@@ -202,11 +218,10 @@ func (r *registry) lockfiles() string { return strings.Join(r.grant.Lockfiles, "
 func (b *Broker) servePackage(x *exchange, req *request) bool {
 	kind, rest, _ := strings.Cut(req.path[len(PackagesPathPrefix):], "/")
 	x.api, x.endpoint = "package", PackagesPathPrefix+kind
-	r := b.cfg.Packages.npm
-	g := b.cfg.Packages.goproxy
-	py := b.cfg.Packages.pypi
+	set := b.cfg.Packages.set.Load()
+	r, g, py := set.npm, set.goproxy, set.pypi
 	if !(kind == policy.PackageNPM && r != nil || kind == policy.PackageGoProxy && g != nil || kind == policy.PackagePyPI && py != nil) {
-		return b.refusePackage(x, "", "", req.method, refuse(ReasonPackageUnknownKind, 404, "no package registry %s is granted; the policy's egress.packages grants %s", quote(kind), b.cfg.Packages.kinds()))
+		return b.refusePackage(x, "", "", req.method, refuse(ReasonPackageUnknownKind, 404, "no package registry %s is granted; the policy's egress.packages grants %s", quote(kind), set.kinds()))
 	}
 	if b.failed.Load() {
 		return b.refusePackage(x, kind, "", req.method, refuse(ReasonRunFailed, 503, "the run was stopped after a fatal event (%s); no further requests are possible", b.fatalReason()))
@@ -229,7 +244,7 @@ func (b *Broker) servePackage(x *exchange, req *request) bool {
 	return b.serveNPMPackument(x, req, r, rest)
 }
 
-func (p *Packages) kinds() string {
+func (p *packageSet) kinds() string {
 	var ks []string
 	if p.npm != nil {
 		ks = append(ks, policy.PackageNPM)

@@ -152,5 +152,6 @@ func packageTarget(target string) string {
 	if !strings.Contains(target, "%") {
 		return target
 	}
+	target = npmScopedTarget(target) // npm's "@scope%2fname" (packages_npmlock.go)
 	return strings.NewReplacer("%21", "!").Replace(target)
 }

@@ -225,3 +225,44 @@ func checkNPMVersion(v string) string {
 	}
 	return ""
 }
+
+// newNPMRegistry indexes the npm pins by tarball path and by name; two
+// pins of one tarball path with different digests refuse the set.
+func newNPMRegistry(base *registry, self string, pins []NPMPin) (*npmRegistry, error) {
+	r := &npmRegistry{registry: base, self: self, byTarball: map[string]*NPMPin{}, byName: map[string][]*NPMPin{}}
+	for j := range pins {
+		pin := &pins[j]
+		if prev, dup := r.byTarball[pin.TarballPath]; dup && prev.Integrity != pin.Integrity {
+			return nil, fmt.Errorf("moat: broker: packages: %s is pinned to two digests (%s and %s)", pin.TarballPath, prev.Lockfile, pin.Lockfile)
+		}
+		r.byTarball[pin.TarballPath] = pin
+		if !slices.ContainsFunc(r.byName[pin.Name], func(q *NPMPin) bool { return q.Version == pin.Version }) {
+			r.byName[pin.Name] = append(r.byName[pin.Name], pin)
+		}
+	}
+	return r, nil
+}
+
+// npmScopedTarget decodes the one escape npm puts in a scoped package's
+// packument path: "/pkg/npm/@scope%2fname" (npm's escapedName; "%2F"
+// too) becomes "/pkg/npm/@scope/name", the same packument. Only the
+// escape right after a well-formed scope is decoded; every other '%'
+// is left for checkPath to refuse.
+func npmScopedTarget(target string) string {
+	const prefix = PackagesPathPrefix + "npm/@"
+	rest, ok := strings.CutPrefix(target, prefix)
+	if !ok {
+		return target
+	}
+	i := strings.IndexByte(rest, '%')
+	if i <= 0 || len(rest) < i+3 || !strings.EqualFold(rest[i:i+3], "%2f") {
+		return target
+	}
+	for j := 0; j < i; j++ {
+		c := rest[j]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~') {
+			return target
+		}
+	}
+	return prefix + rest[:i] + "/" + rest[i+3:]
+}

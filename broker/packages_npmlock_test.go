@@ -99,3 +99,72 @@ func FuzzNPMLockfile(f *testing.F) {
 		}
 	})
 }
+
+// TestPackagesNPMScoped: a scoped package's packument is served, filtered
+// to the pin, under both of npm's spellings (@s%2futil, @s/util) and its
+// tarball under /@s/util/-/; a typosquat of the scoped name, the same
+// name under another scope (scope confusion) and an escape anywhere but
+// after the scope are refused, none of them fetched.
+func TestPackagesNPMScoped(t *testing.T) {
+	f := newNPMFixture(t)
+	evil := npmTarball(t, "@evil/util", "2.0.0", "evil")
+	f.reg.files["/@s/util"] = []byte(`{"name":"@s/util","dist-tags":{"latest":"2.1.0"},"versions":{` +
+		`"2.0.0":{"name":"@s/util","version":"2.0.0","dist":{"tarball":"https://evil.example/util-2.0.0.tgz"}},` +
+		`"2.1.0":{"name":"@s/util","version":"2.1.0","dist":{"tarball":"https://registry.npmjs.org/@s/util/-/util-2.1.0.tgz"}}}}`)
+	f.reg.files["/@evil/util"] = []byte(`{"name":"@evil/util","versions":{"2.0.0":{"name":"@evil/util","version":"2.0.0"}}}`)
+	f.reg.files["/@evil/util/-/util-2.0.0.tgz"] = evil
+	f.reg.files["/@s/utill/-/utill-2.0.0.tgz"] = evil
+	h := f.harness(t)
+	for _, path := range []string{"/pkg/npm/@s%2futil", "/pkg/npm/@s%2Futil", "/pkg/npm/@s/util"} {
+		r := h.raw(pkgGet(path))
+		if r.status != 200 || !strings.Contains(r.body, `"name":"@s/util"`) || !strings.Contains(r.body, "http://127.0.0.1:1/pkg/npm/@s/util/-/util-2.0.0.tgz") ||
+			strings.Contains(r.body, "2.1.0") || strings.Contains(r.body, "evil.example") {
+			t.Errorf("scoped packument %s: %d %s", path, r.status, r.body)
+		}
+	}
+	if r := h.raw(pkgGet("/pkg/npm/@s/util/-/util-2.0.0.tgz")); r.status != 200 || r.body != string(f.tgz["@s/util@2.0.0"]) {
+		t.Errorf("scoped tarball: %d", r.status)
+	}
+	n := len(f.reg.requests())
+	for _, c := range []struct {
+		name, path string
+		reason     Reason
+	}{
+		{"typosquat packument", "/pkg/npm/@s%2futill", ReasonPackageNotPinned},
+		{"typosquat tarball", "/pkg/npm/@s/utill/-/utill-2.0.0.tgz", ReasonPackageNotPinned},
+		{"scope confusion packument", "/pkg/npm/@evil%2futil", ReasonPackageNotPinned},
+		{"scope confusion packument, plain", "/pkg/npm/@evil/util", ReasonPackageNotPinned},
+		{"scope confusion tarball", "/pkg/npm/@evil/util/-/util-2.0.0.tgz", ReasonPackageNotPinned},
+		{"unscoped name of a scoped pin", "/pkg/npm/util/-/util-2.0.0.tgz", ReasonPackageNotPinned},
+		{"escape after the name", "/pkg/npm/@s%2futil%2f..%2f..%2fx", ReasonPathTrick},
+		{"escape in an unscoped name", "/pkg/npm/left-pad%2f..", ReasonPathTrick},
+		{"escaped scope sign", "/pkg/npm/%40s%2futil", ReasonPathTrick},
+		{"two scopes", "/pkg/npm/@s%2f@evil%2futil", ReasonPathTrick},
+	} {
+		r := h.raw(pkgGet(c.path))
+		if r.status == 200 || r.header.Get("Moat-Reason") != string(c.reason) {
+			t.Errorf("%s (%s): %d %s %s, want %s", c.name, c.path, r.status, r.header.Get("Moat-Reason"), r.body, c.reason)
+		}
+	}
+	if got := f.reg.requests(); len(got) != n {
+		t.Errorf("refused scoped requests reached the registry: %v", got[n:])
+	}
+	for in, want := range map[string]string{
+		"/pkg/npm/@s%2futil":         "/pkg/npm/@s/util",
+		"/pkg/npm/@s%2Futil":         "/pkg/npm/@s/util",
+		"/pkg/npm/@s%2f":             "/pkg/npm/@s/",
+		"/pkg/npm/@%2futil":          "/pkg/npm/@%2futil",
+		"/pkg/npm/@s%2":              "/pkg/npm/@s%2",
+		"/pkg/npm/@s.x%2fa%2fb":      "/pkg/npm/@s.x/a%2fb",
+		"/pkg/npm/@s!%2fa":           "/pkg/npm/@s!%2fa",
+		"/pkg/pypi/@s%2fa":           "/pkg/pypi/@s%2fa",
+		"/pkg/npm/left-pad%2futil":   "/pkg/npm/left-pad%2futil",
+		"/pkg/npm/@s%252futil":       "/pkg/npm/@s%252futil",
+		"/pkg/npm/@s/util%2f-%2fx":   "/pkg/npm/@s/util%2f-%2fx",
+		"/pkg/npm/@s%2futil/-/x.tgz": "/pkg/npm/@s/util/-/x.tgz",
+	} {
+		if got := npmScopedTarget(in); got != want {
+			t.Errorf("npmScopedTarget(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
