@@ -66,7 +66,7 @@ const (
 
 // Backends and APIs that a policy may name.
 var (
-	Backends = []string{"native", "gvisor"}
+	Backends = []string{"native", "gvisor", "kubernetes"}
 	APIs     = []string{"anthropic-messages", "openai-chat", "openai-responses"}
 )
 

@@ -30,7 +30,7 @@ sandbox: true
 	//   line 4: process.limits.pids: negative limit -1; limits are counts in [4, 4194304]
 	//   line 9: inference.providers[0].base_url: base_url "http://192.0.2.1:8080" uses plain http to a non-loopback host; use https:// (http:// is allowed only for 127.0.0.0/8, ::1 and localhost)
 	//   line 11: inference.providers[0].models: empty; a provider with no models can serve nothing
-	//   line 13: sandbox: unknown key "sandbox" (known here: version, backend, landlock, filesystem, process, inference, audit, tools, egress, approvals)
+	//   line 13: sandbox: unknown key "sandbox" (known here: version, backend, landlock, filesystem, process, inference, audit, tools, egress, approvals, kubernetes)
 }
 
 // The effective policy fills in every default; YAML prints it in a form

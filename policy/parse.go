@@ -73,7 +73,7 @@ func Parse(data []byte, baseDir string) (*Policy, error) {
 // TestSchemaMatchesDecoder keeps them, the struct tags and schema.json in
 // step.
 var (
-	topKeys        = []string{"version", "backend", "landlock", "filesystem", "process", "inference", "audit", "tools", "egress", "approvals"}
+	topKeys        = []string{"version", "backend", "landlock", "filesystem", "process", "inference", "audit", "tools", "egress", "approvals", "kubernetes"}
 	landlockKeys   = []string{"abi_floor"}
 	filesystemKeys = []string{"read_only", "read_write", "tmp_size", "volumes"}
 	volumeKeys     = []string{"image", "path", "size"}
@@ -187,6 +187,9 @@ func (d *decoder) decode(data []byte) *Policy {
 	}
 	if n := fields["approvals"]; n != nil {
 		d.approvals(n, &p.Approvals)
+	}
+	if n := fields["kubernetes"]; n != nil {
+		d.kubernetes(n, &p.Kubernetes)
 	}
 	if n := fields["audit"]; n != nil {
 		f := d.mapping(n, "audit", auditKeys...)

@@ -67,6 +67,9 @@ type Policy struct {
 	// Approvals hold matching requests for an operator's decision
 	// (approvals.go). Absent: none are held.
 	Approvals Approvals `yaml:"approvals,omitempty" json:"approvals,omitzero"`
+	// Kubernetes configures the kubernetes backend (kubernetes.go).
+	// Absent: the zero value, which only that backend refuses.
+	Kubernetes Kubernetes `yaml:"kubernetes,omitempty" json:"kubernetes,omitzero"`
 
 	// Source is the absolute path of the file the policy was loaded from
 	// ("" for the built-in default). Not part of the YAML.

@@ -75,6 +75,8 @@ func TestSchemaMatchesDecoder(t *testing.T) {
 		{"tools", toolsKeys, reflect.TypeFor[Tools](), s.Properties["tools"]},
 		{"mcp_server", mcpKeys, reflect.TypeFor[MCPServer](), s.Defs["mcp_server"]},
 		{"server_filesystem", serverFSKeys, reflect.TypeFor[ServerFilesystem](), s.Defs["mcp_server"].Properties["filesystem"]},
+		{"kubernetes", kubernetesKeys, reflect.TypeFor[Kubernetes](), s.Properties["kubernetes"]},
+		{"kubernetes_resources", resourcesKeys, reflect.TypeFor[KubernetesResources](), s.Properties["kubernetes"].Properties["resources"]},
 	}
 	for _, l := range levels {
 		if got, want := sorted(yamlKeys(l.typ)), sorted(l.keys); !slices.Equal(got, want) {
