@@ -196,6 +196,18 @@ type EgressListening interface {
 type ListenerInfo struct {
 	File *os.File // a listening TCP socket, already bound and listening
 	Port int
+	// Host is the address at which the workload reaches the listener: ""
+	// is 127.0.0.1, the sandbox's own loopback (native, gVisor). A backend
+	// whose listener is outside the sandbox's network (Kubernetes: the
+	// broker off the Pod, on a host address) names that address here.
+	Host string
+	// Admit, when not nil, is asked about each accepted connection's
+	// remote address before anything is read from it: an error refuses
+	// the connection (the caller closes it and journals the refusal). A
+	// listener reachable only from inside the sandbox (a loopback in the
+	// sandbox's own network namespace) needs none; one on a host address
+	// must admit only the sandbox's own address.
+	Admit func(remote net.Addr) error
 }
 
 // Running is a started process.

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"net"
 	"strconv"
 	"strings"
 
@@ -25,7 +26,18 @@ const BrokerURLEnv = "MOAT_BROKER_URL"
 // therefore ends in /v1. The keys are placeholders (Placeholder): the real
 // credentials never enter the sandbox.
 func WorkloadEnv(port int, pol *policy.Policy) []string {
-	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	return WorkloadEnvAt("", port, pol)
+}
+
+// WorkloadEnvAt is WorkloadEnv for a broker that the workload reaches at
+// host:port ("" is 127.0.0.1): a backend whose broker listens outside the
+// sandbox's network (boundary.ListenerInfo.Host, the Kubernetes backend's
+// host address) points the same variables there.
+func WorkloadEnvAt(host string, port int, pol *policy.Policy) []string {
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	base := "http://" + net.JoinHostPort(host, strconv.Itoa(port))
 	var anthropic, openai bool
 	if pol != nil {
 		for _, p := range pol.Inference.Providers {

@@ -99,20 +99,30 @@ type Session struct {
 	// EgressPort is the broker's egress port inside the sandbox (egress.go);
 	// 0 when the policy has no egress hosts.
 	EgressPort int
+	// brokerHost is where the workload reaches the broker
+	// (boundary.ListenerInfo.Host): "" is the sandbox's 127.0.0.1.
+	brokerHost string
 
-	pol      *policy.Policy
-	w        *audit.Writer
-	sb       boundary.Sandbox
-	brk      *broker.Broker
-	tools    *toolServers // the tool servers (tools.go); nil when the policy has none
-	stateDir string
-	reaper   *reaper.Reaper
-	checks   []audit.Check
-	log      *slog.Logger // the broker's lines, to moat's stderr, at the chosen level
-	term     string       // TERM for processes started with a terminal
-	sandbox  string       // SessionOptions.Sandbox
-	nproc    atomic.Int64
-	fatal    chan Fatal
+	pol *policy.Policy
+	w   *audit.Writer
+	sb  boundary.Sandbox
+	brk *broker.Broker
+	// The package grants' lockfiles as read before run.started (which
+	// records them), the route built from them, and the reload lock
+	// (packages.go).
+	pkgCfg    *broker.PackagesConfig
+	lockfiles []audit.PackageLockfile
+	pkgs      *broker.Packages
+	reloadMu  sync.Mutex
+	tools     *toolServers // the tool servers (tools.go); nil when the policy has none
+	stateDir  string
+	reaper    *reaper.Reaper
+	checks    []audit.Check
+	log       *slog.Logger // the broker's lines, to moat's stderr, at the chosen level
+	term      string       // TERM for processes started with a terminal
+	sandbox   string       // SessionOptions.Sandbox
+	nproc     atomic.Int64
+	fatal     chan Fatal
 
 	budget broker.Budget // SessionOptions.Budget
 
@@ -363,6 +373,7 @@ func (s *Session) startRecord() error {
 	}
 	if _, err := s.w.Append(audit.RunStarted{
 		PolicySHA256: s.pol.SHA256(), Backend: s.Backend, BinarySHA256: b.sum, PublicKey: string(s.w.PublicKeyPEM()),
+		Lockfiles: s.lockfiles,
 	}); err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
@@ -380,6 +391,11 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[strin
 		return rs.err
 	}
 	s.reaper = rs.r
+	// The lockfiles are read once, before anything runs in the sandbox;
+	// run.started records their digests.
+	if err := s.readPackages(stderr); err != nil {
+		return err
+	}
 	var rnd [8]byte
 	rand.Read(rnd[:])
 	s.stateDir = filepath.Join(os.TempDir(), "moat-"+s.RunID+"-"+hex.EncodeToString(rnd[:]))
@@ -411,7 +427,7 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[strin
 		s.confirmFailed(boundary.Properties{}, msg)
 		return &RefusedError{Msg: msg}
 	}
-	s.BrokerPort = li.Port
+	s.BrokerPort, s.brokerHost = li.Port, li.Host
 	eli, egressOn, err := egressListener(sb, be.Name(), pol)
 	if err != nil {
 		li.File.Close()
@@ -460,7 +476,7 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[strin
 	if err != nil {
 		return err
 	}
-	pkgs, err := s.openPackages(stderr)
+	pkgs, err := s.openPackages()
 	if err != nil {
 		return err
 	}
@@ -496,12 +512,24 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[strin
 	if err != nil {
 		return fmt.Errorf("broker listener: %w", err)
 	}
+	ln = withAdmission(ln, li.Admit, s.connectionRefused)
 	s.brk = brk
 	go brk.Serve(ln)
 	if eln != nil {
 		go brk.ServeEgress(eln)
 	}
 	return nil
+}
+
+// connectionRefused journals a connection to the broker's listener that
+// the backend's admission refused (boundary.ListenerInfo.Admit: not from
+// the sandbox), as an inference.refused that reached nothing.
+func (s *Session) connectionRefused(remote net.Addr, why error) {
+	var id [12]byte
+	rand.Read(id[:])
+	s.w.Append(audit.InferenceRefused{RequestID: "moatreq_" + hex.EncodeToString(id[:]), Reason: "source_not_sandbox",
+		Detail:      truncateReason(fmt.Sprintf("connection from %s refused before it was read: %v", remote, why)),
+		Attribution: audit.Attribution{Status: boundary.AttributionUnavailable, Reason: "not a connection of the sandbox"}})
 }
 
 func (s *Session) confirmFailed(props boundary.Properties, why string) {
@@ -525,7 +553,7 @@ func checksOf(rep *measure.Report) []audit.Check {
 // moat's environment; and TERM (the caller's, SessionOptions.Term) for a
 // process that has a terminal, unless the policy's env sets TERM itself.
 func (s *Session) env(terminal bool) []string {
-	extra := broker.WorkloadEnv(s.BrokerPort, s.pol)
+	extra := broker.WorkloadEnvAt(s.brokerHost, s.BrokerPort, s.pol)
 	extra = append(extra, toolEnv(s.BrokerPort, s.pol)...)
 	extra = append(extra, serviceEnv(s.pol)...)
 	extra = append(extra, packageEnv(s.BrokerPort, s.pol)...)

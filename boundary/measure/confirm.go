@@ -71,6 +71,15 @@ func Confirm(ctx context.Context, sb boundary.Sandbox, cfg Config) (boundary.Pro
 	if li.File == nil {
 		return props, nil, errors.New("measure: BUG: the sandbox's broker listener has no file")
 	}
+	// The broker's address is the listener's: a sandbox whose broker is
+	// off its own network (li.Host) is measured as one (Config.BrokerHost).
+	if cfg.BrokerHost == "" {
+		cfg.BrokerHost = li.Host
+	}
+	if cfg.BrokerHost != li.Host {
+		li.File.Close()
+		return props, nil, fmt.Errorf("measure: broker host %q differs from the sandbox listener's host %q", cfg.BrokerHost, li.Host)
+	}
 	if err := cfg.validate(li.Port); err != nil {
 		return props, nil, err
 	}
@@ -105,7 +114,7 @@ func Confirm(ctx context.Context, sb boundary.Sandbox, cfg Config) (boundary.Pro
 			defer cfg.Reaper.Done(f)
 		}
 	}
-	obs := &observer{ln: ln, nonce: pl.Nonce, attr: sb.Attributor(), done: make(chan struct{})}
+	obs := &observer{ln: ln, nonce: pl.Nonce, attr: sb.Attributor(), admit: li.Admit, done: make(chan struct{})}
 	go obs.run()
 
 	stdout := &capBuffer{max: MaxReportBytes}
@@ -315,6 +324,7 @@ type observer struct {
 	ln    net.Listener
 	nonce string
 	attr  boundary.Attributor
+	admit func(net.Addr) error // the listener's (boundary.ListenerInfo.Admit); nil admits all
 	done  chan struct{}
 
 	mu    sync.Mutex
@@ -344,6 +354,9 @@ func (o *observer) run() {
 func (o *observer) handle(c net.Conn) connObs {
 	defer c.Close()
 	ob := connObs{remote: c.RemoteAddr().String()}
+	if o.admit != nil && o.admit(c.RemoteAddr()) != nil {
+		return ob // not the sandbox's: never the helper's connection
+	}
 	c.SetDeadline(time.Now().Add(connTimeout))
 	line, err := bufio.NewReaderSize(io.LimitReader(c, maxGreetingBytes), maxGreetingBytes).ReadString('\n')
 	if err != nil || line != greeting+o.nonce+"\n" {

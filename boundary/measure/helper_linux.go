@@ -3,6 +3,7 @@ package measure
 import (
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"sync"
 
@@ -43,6 +44,10 @@ func Main(args []string) int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "moat: %s: %v\n", Helper, err)
 		return 125
+	}
+	if pl.Host != "" {
+		// decodePlan checked that it is an address.
+		planHost = netip.MustParseAddr(pl.Host).Unmap()
 	}
 	results := make([]result, len(pl.Probes))
 	// The exec control's child is started before the broker connection

@@ -3,6 +3,7 @@ package measure
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -46,6 +47,16 @@ type Config struct {
 	// BrokerPort is the broker's port on 127.0.0.1 inside the sandbox; 0
 	// means the port that Sandbox.Listener reports.
 	BrokerPort int
+	// BrokerHost, when set and not loopback, is the host address at which
+	// the sandbox reaches the broker (boundary.ListenerInfo.Host: the
+	// Kubernetes backend's broker, off the Pod). Such a sandbox has a
+	// network interface and routes by design, and its egress is confined
+	// by a filter (the Pod's NetworkPolicy) that only connections show:
+	// the interface and route checks give way to connections from inside
+	// to BrokerHost itself, at host receivers (TCP and UDP) that Confirm
+	// opens there, the ports next to the broker's, the fixed ports and the
+	// kubelet's, all of which only that filter keeps the sandbox from.
+	BrokerHost string
 	// EgressPort, when > 0, is the broker's egress port on 127.0.0.1
 	// inside the sandbox (the policy's egress hosts): a door of the
 	// broker's like BrokerPort, so it is not probed as a violation.
@@ -77,6 +88,24 @@ type Config struct {
 	// SetuidProbes are setuid-root copies of the moat binary inside the
 	// grants; executing one must not change the euid. Optional.
 	SetuidProbes []string
+
+	// hostTCPPorts and hostUDPPorts are the receivers that Confirm opens
+	// on BrokerHost (podNetwork only).
+	hostTCPPorts, hostUDPPorts []int
+}
+
+// podNetwork reports whether the broker is reached at a non-loopback
+// host address (BrokerHost), i.e. the sandbox has a network of its own
+// whose egress a filter confines; validate checked the address.
+func (cfg *Config) podNetwork() (netip.Addr, bool) {
+	if cfg.BrokerHost == "" {
+		return netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(cfg.BrokerHost)
+	if err != nil || a.Unmap().IsLoopback() {
+		return netip.Addr{}, false
+	}
+	return a.Unmap(), true
 }
 
 // Property names, as in boundary.Properties.
@@ -151,8 +180,11 @@ func probeFileName(nonce string, i int) string {
 
 // plan is the helper's input.
 type plan struct {
-	V      int     `json:"v"`
-	Nonce  string  `json:"nonce"`
+	V     int    `json:"v"`
+	Nonce string `json:"nonce"`
+	// Host is Config.BrokerHost when it is not loopback: the one other
+	// address the helper's network probes may target.
+	Host   string  `json:"host,omitempty"`
 	Probes []probe `json:"probes"`
 }
 
@@ -186,6 +218,10 @@ const sandboxTmp = "/tmp"
 // services, proxies and resolvers a workload might try.
 var fixedPorts = []int{22, 53, 80, 443, 1080, 3128, 8080}
 
+// kubeletPort is the kubelet's API port, probed on the broker's host
+// address when the sandbox is a Pod (Config.BrokerHost).
+const kubeletPort = 10250
+
 // validate checks cfg and fills BrokerPort from the listener's port.
 func (cfg *Config) validate(listenerPort int) error {
 	if cfg.BrokerPort == 0 {
@@ -196,6 +232,12 @@ func (cfg *Config) validate(listenerPort int) error {
 	}
 	if cfg.BrokerPort <= 0 || cfg.BrokerPort > 65535 {
 		return fmt.Errorf("measure: broker port %d out of range", cfg.BrokerPort)
+	}
+	if cfg.BrokerHost != "" {
+		a, err := netip.ParseAddr(cfg.BrokerHost)
+		if err != nil || a.Zone() != "" || a.IsUnspecified() || a.IsMulticast() {
+			return fmt.Errorf("measure: broker host %q is not a unicast IP address", cfg.BrokerHost)
+		}
 	}
 	for _, l := range [][]string{cfg.ReadWrite, cfg.ReadOnly, cfg.HostSecrets, cfg.SetuidProbes} {
 		for _, p := range l {
@@ -282,7 +324,28 @@ func buildPlan(cfg Config, nonce string) (plan, error) {
 
 	// Egress.
 	bp := cfg.BrokerPort
-	add(PropEgress, KindControl, "net/tcp-broker:127.0.0.1:"+strconv.Itoa(bp), opTCPBroker, "", "127.0.0.1:"+strconv.Itoa(bp))
+	host, pod := cfg.podNetwork()
+	if pod {
+		pl.Host = host.String()
+		ba := joinHostPort(pl.Host, bp)
+		add(PropEgress, KindControl, "net/tcp-broker:"+ba, opTCPBroker, "", ba)
+		// What only the filter keeps the sandbox from: the broker's host
+		// at other ports (the receivers Confirm opened there, the
+		// broker's neighbours, the fixed ports, the kubelet's 10250).
+		for _, p := range slices.Concat(cfg.hostTCPPorts, []int{bp - 1, bp + 1, kubeletPort}, fixedPorts) {
+			if p <= 0 || p > 65535 || p == bp || p == cfg.EgressPort {
+				continue
+			}
+			a := joinHostPort(pl.Host, p)
+			add(PropEgress, KindViolation, "net/tcp:"+a, opTCP, "", a)
+		}
+		for _, p := range append([]int{53}, cfg.hostUDPPorts...) {
+			a := joinHostPort(pl.Host, p)
+			add(PropEgress, KindViolation, "net/dns-udp:"+a, opDNSUDP, "", a)
+		}
+	} else {
+		add(PropEgress, KindControl, "net/tcp-broker:127.0.0.1:"+strconv.Itoa(bp), opTCPBroker, "", "127.0.0.1:"+strconv.Itoa(bp))
+	}
 	ports := slices.Concat(fixedPorts, []int{bp - 1, bp + 1}, cfg.ExtraTCPPorts)
 	for _, p := range ports {
 		if p <= 0 || p > 65535 || p == bp || p == cfg.EgressPort {
@@ -304,8 +367,11 @@ func buildPlan(cfg Config, nonce string) (plan, error) {
 		add(PropEgress, KindViolation, "net/unix:"+u, opUnix, "", u)
 	}
 	add(PropEgress, KindViolation, "net/dns-resolv.conf", opDNSResolv, "", "")
-	add(PropEgress, KindViolation, "net/non-loopback-interface", opInterfaces, "", "")
-	add(PropEgress, KindViolation, "net/route-out", opRoutes, "", "")
+	if !pod {
+		// A Pod has its interface and routes by design (podNetwork).
+		add(PropEgress, KindViolation, "net/non-loopback-interface", opInterfaces, "", "")
+		add(PropEgress, KindViolation, "net/route-out", opRoutes, "", "")
+	}
 
 	// Privilege.
 	for _, op := range []string{opNoNewPrivs, opCaps, opAmbient, opBounding, opUID, opGID, opUnshare, opCloneUser} {
@@ -397,6 +463,11 @@ func decodePlan(s string) (plan, error) {
 	}
 	if pl.V != 1 {
 		return plan{}, fmt.Errorf("plan version %d, want 1", pl.V)
+	}
+	if pl.Host != "" {
+		if a, err := netip.ParseAddr(pl.Host); err != nil || a.Zone() != "" || a.Unmap().IsLoopback() {
+			return plan{}, fmt.Errorf("plan: host %q is not a non-loopback IP address", pl.Host)
+		}
 	}
 	if len(pl.Probes) > MaxProbes {
 		return plan{}, fmt.Errorf("plan has %d probes, at most %d", len(pl.Probes), MaxProbes)

@@ -31,17 +31,28 @@ const (
 // that answers at all answers NXDOMAIN without asking anyone else.
 const dnsName = "moat-measure.invalid."
 
-// loopbackAddr reports whether addr ("host:port") is a loopback address.
-// Every network probe checks it first: the helper may run unconfined (a
-// lying backend), and then it must still send nothing off the host.
+// planHost is the plan's Host, the one non-loopback address the helper
+// may send to (the broker's host address when the broker is outside the
+// sandbox's network, a host address by construction); Main sets it once
+// from the plan, before any probe runs.
+var planHost netip.Addr
+
+// loopbackAddr reports whether addr ("host:port") is a loopback address,
+// or the plan's Host. Every network probe checks it first: the helper may
+// run unconfined (a lying backend), and then it must still send nothing
+// off the host.
 func loopbackAddr(addr string) bool {
 	ap, err := netip.ParseAddrPort(addr)
-	return err == nil && ap.Addr().Unmap().IsLoopback()
+	if err != nil {
+		return false
+	}
+	a := ap.Addr().Unmap()
+	return a.IsLoopback() || planHost.IsValid() && a == planHost
 }
 
 func probeTCP(addr string) (string, string) {
 	if !loopbackAddr(addr) {
-		return OutcomeError, "BUG: refusing a non-loopback target " + addr
+		return OutcomeError, "BUG: refusing a target that is neither loopback nor the plan's host " + addr
 	}
 	c, err := net.DialTimeout("tcp", addr, dialTimeout)
 	if err != nil {
@@ -63,7 +74,7 @@ func probeUnix(addr string) (string, string) {
 
 func probeBroker(addr, nonce string) (string, string) {
 	if !loopbackAddr(addr) {
-		return OutcomeError, "BUG: refusing a non-loopback target " + addr
+		return OutcomeError, "BUG: refusing a target that is neither loopback nor the plan's host " + addr
 	}
 	c, err := net.DialTimeout("tcp", addr, dialTimeout)
 	if err != nil {
@@ -94,7 +105,7 @@ func dnsQuery() []byte {
 // back: an answer of any kind means something listens there.
 func probeDNS(addr string) (string, string) {
 	if !loopbackAddr(addr) {
-		return OutcomeError, "BUG: refusing a non-loopback target " + addr
+		return OutcomeError, "BUG: refusing a target that is neither loopback nor the plan's host " + addr
 	}
 	c, err := net.Dial("udp", addr)
 	if err != nil {

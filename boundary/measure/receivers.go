@@ -23,13 +23,14 @@ const maxUnixPath = 107
 // namespace keeps a process from connecting to one). Every one of them
 // must observe nothing.
 type receivers struct {
-	tcp    net.Listener
-	udp    net.PacketConn
-	unix   []net.Listener // abstract
-	socks  []*grantSock   // in the read-write grants
-	paths  []string       // their paths, for the reaper
-	reaper *reaper.Reaper
-	notes  []string // receivers that could not be set up, and why
+	tcp     net.Listener
+	hostTCP net.Listener // on Config.BrokerHost (a Pod's sandbox)
+	udp     []net.PacketConn
+	unix    []net.Listener // abstract
+	socks   []*grantSock   // in the read-write grants
+	paths   []string       // their paths, for the reaper
+	reaper  *reaper.Reaper
+	notes   []string // receivers that could not be set up, and why
 
 	mu       sync.Mutex
 	observed []string
@@ -58,23 +59,30 @@ func startReceivers(cfg *Config, nonce string) *receivers {
 		r.notes = append(r.notes, "no host TCP receiver: "+err.Error())
 	}
 	if pc, err := net.ListenPacket("udp4", "127.0.0.1:0"); err == nil {
-		r.udp = pc
+		r.udp = append(r.udp, pc)
 		cfg.ExtraUDPPorts = append(cfg.ExtraUDPPorts[:len(cfg.ExtraUDPPorts):len(cfg.ExtraUDPPorts)], pc.LocalAddr().(*net.UDPAddr).Port)
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			buf := make([]byte, 1500)
-			for {
-				n, from, err := pc.ReadFrom(buf)
-				if err != nil {
-					return
-				}
-				r.saw(fmt.Sprintf("udp datagram of %d bytes from %s", n, from))
-				pc.WriteTo(buf[:n], from) // an answer, so the helper knows it got through
-			}
-		}()
+		r.echoAll(pc)
 	} else {
 		r.notes = append(r.notes, "no host UDP receiver: "+err.Error())
+	}
+	// A sandbox with a network of its own (a Pod) must not reach the
+	// broker's host at any other port: a TCP and a UDP receiver there.
+	if host, ok := cfg.podNetwork(); ok {
+		hp := joinHostPort(host.String(), 0)
+		if ln, err := net.Listen("tcp", hp); err == nil {
+			r.hostTCP = ln
+			cfg.hostTCPPorts = append(cfg.hostTCPPorts, ln.Addr().(*net.TCPAddr).Port)
+			r.acceptAll(ln, "tcp "+host.String())
+		} else {
+			r.notes = append(r.notes, "no TCP receiver on the broker's host: "+err.Error())
+		}
+		if pc, err := net.ListenPacket("udp", hp); err == nil {
+			r.udp = append(r.udp, pc)
+			cfg.hostUDPPorts = append(cfg.hostUDPPorts, pc.LocalAddr().(*net.UDPAddr).Port)
+			r.echoAll(pc)
+		} else {
+			r.notes = append(r.notes, "no UDP receiver on the broker's host: "+err.Error())
+		}
 	}
 	if runtime.GOOS == "linux" {
 		s := "@moat-measure-" + nonce
@@ -134,6 +142,24 @@ func startReceivers(cfg *Config, nonce string) *receivers {
 	return r
 }
 
+// echoAll records and answers every datagram, so that the helper knows
+// it got through.
+func (r *receivers) echoAll(pc net.PacketConn) {
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			r.saw(fmt.Sprintf("udp datagram of %d bytes from %s", n, from))
+			pc.WriteTo(buf[:n], from)
+		}
+	}()
+}
+
 func (r *receivers) acceptAll(ln net.Listener, what string) {
 	r.wg.Add(1)
 	go func() {
@@ -160,8 +186,11 @@ func (r *receivers) close() Check {
 	if r.tcp != nil {
 		r.tcp.Close()
 	}
-	if r.udp != nil {
-		r.udp.Close()
+	if r.hostTCP != nil {
+		r.hostTCP.Close()
+	}
+	for _, pc := range r.udp {
+		pc.Close()
 	}
 	for _, ln := range r.unix {
 		ln.Close()
