@@ -165,8 +165,9 @@ func goUnescape(s string) (string, bool) {
 }
 
 // hash1 is golang.org/x/mod/sumdb/dirhash.Hash1: the SHA-256 of the
-// lines "<hex sha256 of the file>  <name>\n", names sorted, base64.
-func hash1(names []string, open func(string) ([]byte, error)) (string, error) {
+// lines "<hex sha256 of the file>  <name>\n", names sorted, base64. Each
+// file is hashed as it is read, never held whole in memory.
+func hash1(names []string, open func(string) (io.ReadCloser, error)) (string, error) {
 	names = slices.Clone(names)
 	slices.Sort(names)
 	h := sha256.New()
@@ -174,24 +175,32 @@ func hash1(names []string, open func(string) ([]byte, error)) (string, error) {
 		if strings.Contains(n, "\n") {
 			return "", fmt.Errorf("file name %q holds a newline", n)
 		}
-		data, err := open(n)
+		rc, err := open(n)
 		if err != nil {
 			return "", err
 		}
-		fmt.Fprintf(h, "%x  %s\n", sha256.Sum256(data), n)
+		fh := sha256.New()
+		_, err = io.Copy(fh, rc)
+		rc.Close()
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%x  %s\n", fh.Sum(nil), n)
 	}
 	return "h1:" + base64.StdEncoding.EncodeToString(h.Sum(nil)), nil
 }
 
 // goModHash is the h1 hash of a go.mod file (go.sum's "/go.mod" lines).
 func goModHash(data []byte) string {
-	h, _ := hash1([]string{"go.mod"}, func(string) ([]byte, error) { return data, nil })
+	h, _ := hash1([]string{"go.mod"}, func(string) (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
 	return h
 }
 
 // goZipHash is the h1 hash of a module zip's contents (dirhash.HashZip):
 // every file of the zip by its name in the zip. A zip with a directory
 // entry's data, a duplicate name, or more than max decoded bytes fails.
+// The contents are streamed through the hash: a small zip that inflates
+// to max costs max bytes of inflating, not of memory.
 func goZipHash(data []byte, max int64) (string, error) {
 	zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
 	if err != nil {
@@ -206,20 +215,33 @@ func goZipHash(data []byte, max int64) (string, error) {
 		files[f.Name] = f
 		names = append(names, f.Name)
 	}
-	var total int64
-	return hash1(names, func(n string) ([]byte, error) {
+	left := max
+	return hash1(names, func(n string) (io.ReadCloser, error) {
 		rc, err := files[n].Open()
 		if err != nil {
 			return nil, err
 		}
-		defer rc.Close()
-		b, err := io.ReadAll(io.LimitReader(rc, max-total+1))
-		if err != nil {
-			return nil, err
-		}
-		if total += int64(len(b)); total > max {
-			return nil, fmt.Errorf("the zip's contents are over %d bytes", max)
-		}
-		return b, nil
+		return &cappedReader{rc: rc, left: &left, max: max}, nil
 	})
 }
+
+// cappedReader fails once more than max bytes in all were read through
+// the readers sharing left.
+type cappedReader struct {
+	rc   io.ReadCloser
+	left *int64
+	max  int64
+}
+
+func (c *cappedReader) Read(p []byte) (int, error) {
+	if int64(len(p)) > *c.left+1 {
+		p = p[:*c.left+1]
+	}
+	n, err := c.rc.Read(p)
+	if *c.left -= int64(n); *c.left < 0 {
+		return n, fmt.Errorf("the zip's contents are over %d bytes", c.max)
+	}
+	return n, err
+}
+
+func (c *cappedReader) Close() error { return c.rc.Close() }

@@ -2,13 +2,18 @@ package broker
 
 import (
 	"archive/tar"
+	"archive/zip"
 	"bytes"
 	"compress/gzip"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -161,5 +166,54 @@ func TestRedteamNPMManifestConfusion(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(dir, "node_modules", ".bin", "hooked")); err != nil {
 		t.Errorf("the bin was not linked: %v", err)
+	}
+}
+
+// TestRedteamGoZipBomb: a module zip that inflates far beyond its size
+// (here 96 MiB of zeros in a zip of under 100 KiB) is hashed as it is
+// inflated: hashing it allocates a small fraction of its contents. It
+// read each file whole into memory (up to maxGoZipContent, 512 MiB, per
+// file and per request, not charged to the memory budget), so an upstream
+// serving such zips for a pinned module, fetched a few times at once,
+// could exhaust the host's memory and end the run. The hash is still
+// dirhash's (positive control), and the content cap still refuses.
+func TestRedteamGoZipBomb(t *testing.T) {
+	const size = 96 << 20
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	w, err := zw.Create("example.com/bomb@v1.0.0/zeros")
+	if err != nil {
+		t.Fatal(err)
+	}
+	zero := make([]byte, 1<<20)
+	for i := 0; i < size>>20; i++ {
+		w.Write(zero)
+	}
+	w, _ = zw.Create("example.com/bomb@v1.0.0/go.mod")
+	w.Write([]byte("module example.com/bomb\n"))
+	zw.Close()
+	// dirhash's Hash1, computed here from the contents.
+	fh := sha256.New()
+	for i := 0; i < size>>20; i++ {
+		fh.Write(zero)
+	}
+	sum := sha256.New()
+	fmt.Fprintf(sum, "%x  %s\n", sha256.Sum256([]byte("module example.com/bomb\n")), "example.com/bomb@v1.0.0/go.mod")
+	fmt.Fprintf(sum, "%x  %s\n", fh.Sum(nil), "example.com/bomb@v1.0.0/zeros")
+	want := "h1:" + base64.StdEncoding.EncodeToString(sum.Sum(nil))
+
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	got, err := goZipHash(buf.Bytes(), maxGoZipContent)
+	runtime.ReadMemStats(&after)
+	if err != nil || got != want {
+		t.Fatalf("hash %s %v, want %s", got, err, want)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > size/8 {
+		t.Errorf("hashing a %d-byte zip of %d MiB of contents allocated %d MiB", buf.Len(), size>>20, alloc>>20)
+	}
+	if _, err := goZipHash(buf.Bytes(), size); err == nil || !strings.Contains(err.Error(), "over") {
+		t.Errorf("contents over the cap: %v", err)
 	}
 }
