@@ -95,7 +95,11 @@
 //
 // # Record order
 //
-// Line 1 is run.started; its public_key is the PEM of pubkey.pem. Line 2,
+// Line 1 is run.started; its public_key is the PEM of pubkey.pem. Its
+// lockfiles member (absent when the policy grants no package registry)
+// lists each lockfile of egress.packages as moat read it before the
+// workload started: kind, path, pins, sha256 (of the bytes read), trust
+// (see Package registries). Line 2,
 // when present, is boundary.confirmed, or run.terminated if the run ended
 // before its boundary was confirmed. run.started and boundary.confirmed
 // appear nowhere else. run.terminated is the terminal record: it is last,
@@ -285,7 +289,7 @@
 // from the upstream over TLS and serves only what the lockfiles pin).
 // Five record types cover it; their members, in payload (RFC 8785) order:
 //
-//	package.lockfile   kind, path, pins, sha256, trust
+//	package.reload     detail (omitempty), lockfiles, outcome, reason (omitempty), requester
 //	package.requested  artifact, attribution, expected (omitempty), kind, lockfile (omitempty), name, path, request_id, version (omitempty)
 //	package.completed  body_bytes, body_sha256, request_id, status
 //	package.refused    attribution, detail, kind (omitempty), method, name (omitempty), reason, request_id
@@ -309,12 +313,29 @@
 // got the digest of the bytes received. package.refused: nothing was
 // fetched (a name or version no lockfile pins, a publish, a method other
 // than GET). These records count in no member of run.terminated.
-// package.lockfile is written once per lockfile when the sandbox starts,
-// after boundary.confirmed and before the workload runs: the sha256 of
-// the bytes moat read (and will admit from for the whole run), how many
-// artifacts they pin, and the trust ("pinned": outside every writable
-// grant or pinned by lockfile_sha256; "workspace": the policy accepted a
-// lockfile the workload may have written).
+// The lockfiles moat admits from are read once, before the workload
+// runs, and listed in run.started's lockfiles: the sha256 of the bytes
+// moat read, how many artifacts they pin, and the trust ("pinned":
+// outside every writable grant or pinned by lockfile_sha256;
+// "workspace": the policy accepted a lockfile the workload may have
+// written). A lockfile changed later changes nothing, until an operator
+// asks a sandbox to read them again (moat sandbox reload-lockfiles):
+// package.reload, durable before the new pins take effect, names who
+// asked (requester, "uid U pid P" from the control socket's peer
+// credentials) and, for every lockfile in force, its kind, path, trust,
+// old_sha256 (the digest in force: run.started's or the last applied
+// reload's) and sha256 (of the bytes read now; absent when they could
+// not be read) and pins (absent when refused). outcome "applied": the
+// new digests are in force from the next request on; "refused": a
+// lockfile could not be read without following a symlink
+// (reason lockfile_unreadable), failed the trust rule or its pinned
+// sha256 (lockfile_untrusted) or did not parse (lockfile_invalid), and
+// the set in force is unchanged. The writer and the verifier follow the
+// set in force: a package.reload must list exactly its lockfiles with
+// their old_sha256 (else ErrBadRecord). Journals written before
+// run.started carried the lockfiles hold one package.lockfile record
+// (kind, path, pins, sha256, trust) per lockfile after
+// boundary.confirmed; moat reads them and no longer writes them.
 //
 // # Approvals
 //

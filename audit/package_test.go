@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"encoding/json"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -97,5 +98,102 @@ func TestPackageRecords(t *testing.T) {
 	}
 	if _, err := recordTypes[TypePackageCompleted]([]byte(`{"request_id":"x","status":200,"body_sha256":"","body_bytes":1,"extra":1}`)); err == nil {
 		t.Error("package.completed with an unknown member decoded")
+	}
+}
+
+// TestLockfileDigests: run.started carries the lockfiles' digests; a
+// package.reload must name, for every lockfile in force, the digest it
+// replaces, and only an applied one moves the set on. The writer refuses
+// (without writing) what the verifier would reject, and a re-signed
+// reload naming another old digest verifies invalid.
+func TestLockfileDigests(t *testing.T) {
+	a, b, c := strings.Repeat("a", 64), strings.Repeat("b", 64), strings.Repeat("c", 64)
+	const lock = "/w/package-lock.json"
+	w, priv := newTestWriter(t)
+	rs := runStarted(w)
+	rs.Lockfiles = []PackageLockfile{{Kind: "npm", Path: lock, SHA256: a, Pins: 3, Trust: "pinned"}}
+	change := func(old, now string) []PackageLockfileChange {
+		return []PackageLockfileChange{{Kind: "npm", Path: lock, OldSHA256: old, SHA256: now, Pins: 4, Trust: "pinned"}}
+	}
+	var lines [][]byte
+	for _, r := range []Record{rs, sampleRecords()[0],
+		PackageReload{Requester: "uid 0 pid 7", Outcome: ReloadRefused, Lockfiles: change(a, c), Reason: "lockfile_untrusted", Detail: "edited"},
+		PackageReload{Requester: "uid 0 pid 8", Outcome: ReloadApplied, Lockfiles: change(a, b)},
+		PackageReload{Requester: "uid 0 pid 9", Outcome: ReloadApplied, Lockfiles: change(b, b)},
+	} {
+		line, err := w.Append(r)
+		if err != nil {
+			t.Fatalf("Append %s: %v", r.RecordType(), err)
+		}
+		lines = append(lines, line)
+	}
+	// Refused by the writer: the old digest is no longer in force (the
+	// positive control is the applied reload from b just above), an
+	// applied reload without its new digest, a lockfile not in force, a
+	// refusal without its reason.
+	for _, bad := range []PackageReload{
+		{Requester: "uid 0 pid 10", Outcome: ReloadApplied, Lockfiles: change(a, c)},
+		{Requester: "uid 0 pid 10", Outcome: ReloadApplied, Lockfiles: change(b, "")},
+		{Requester: "uid 0 pid 10", Outcome: ReloadApplied, Lockfiles: []PackageLockfileChange{{Kind: "npm", Path: "/other", OldSHA256: b, SHA256: c, Trust: "pinned"}}},
+		{Requester: "uid 0 pid 10", Outcome: ReloadRefused, Lockfiles: change(b, c)},
+		{Outcome: ReloadApplied, Lockfiles: change(b, c)},
+	} {
+		if _, err := w.Append(bad); err == nil {
+			t.Errorf("writer accepted %+v", bad)
+		}
+	}
+	line, err := w.Append(RunTerminated{Reason: ReasonCompleted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines = append(lines, line)
+	pub := priv.Public().(ed25519.PublicKey)
+	if res := Verify(joinLines(lines), pub); res.Status != Complete {
+		t.Fatalf("verify: %v (%v)", res.Status, res.Err)
+	}
+	e, err := ParseLine(lines[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.Record.(RunStarted).Lockfiles; !reflect.DeepEqual(got, rs.Lockfiles) {
+		t.Errorf("run.started lockfiles %+v", got)
+	}
+	var tl bytes.Buffer
+	WriteTimeline(&tl, joinLines(lines))
+	for _, want := range []string{`lockfile="/w/package-lock.json":aaaaaaaaaaaa:pinned`, `REFUSED package.reload`,
+		`outcome=applied requester="uid 0 pid 8" "/w/package-lock.json":aaaaaaaaaaaa->bbbbbbbbbbbb`, `reason=lockfile_untrusted`} {
+		if !strings.Contains(tl.String(), want) {
+			t.Errorf("timeline lacks %q:\n%s", want, tl.String())
+		}
+	}
+	// Re-signed lines the writer would not have made.
+	for name, edit := range map[string]struct {
+		line int
+		f    func(m map[string]any)
+	}{
+		"reload from a digest not in force": {3, func(m map[string]any) {
+			m["lockfiles"].([]any)[0].(map[string]any)["old_sha256"] = c
+		}},
+		"refused reload moves the set": {4, func(m map[string]any) {
+			m["lockfiles"].([]any)[0].(map[string]any)["old_sha256"] = c // c was only refused
+		}},
+		"run.started digest not hex": {0, func(m map[string]any) {
+			m["lockfiles"].([]any)[0].(map[string]any)["sha256"] = "xyz"
+		}},
+		"run.started trust": {0, func(m map[string]any) {
+			m["lockfiles"].([]any)[0].(map[string]any)["trust"] = "anything"
+		}},
+	} {
+		j := make([][]byte, len(lines))
+		copy(j, lines)
+		j[edit.line] = resign(t, priv, lines[edit.line], edit.f)
+		// Relink the lines after the edited one.
+		for i := edit.line + 1; i < len(j); i++ {
+			j[i] = resign(t, priv, j[i], func(m map[string]any) { m["prev"] = LineHash(j[i-1]) })
+		}
+		res := Verify(joinLines(j), pub)
+		if res.Status != Invalid || !errors.Is(res.Err, ErrBadRecord) || res.Line != edit.line+1 {
+			t.Errorf("%s: got %v line %d (%v), want invalid bad record on line %d", name, res.Status, res.Line, res.Err, edit.line+1)
+		}
 	}
 }

@@ -98,7 +98,7 @@ func knownRecord(r Record) bool {
 		ToolRequested, ToolCompleted, ToolRefused, ToolFailed, ToolServerConfirmed,
 		ServiceRequested, ServiceCompleted, ServiceRefused, ServiceFailed,
 		EgressOpened, EgressClosed, EgressRefused,
-		PackageRequested, PackageCompleted, PackageRefused, PackageFailed, PackageLockfile,
+		PackageRequested, PackageCompleted, PackageRefused, PackageFailed, PackageLockfile, PackageReload,
 		ApprovalRequested, ApprovalDecided, ApprovalSubstitution,
 		BudgetUpdated:
 		return true

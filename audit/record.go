@@ -37,6 +37,11 @@ type RunStarted struct {
 	Backend      string `json:"backend"`
 	BinarySHA256 string `json:"binary_sha256"`
 	PublicKey    string `json:"public_key"` // PEM of the run's Ed25519 public key
+	// Lockfiles are the lockfiles of the policy's egress.packages as moat
+	// read them before the workload started: what the run admits until
+	// an operator's package.reload (absent without package grants, and
+	// in journals written before they were recorded here).
+	Lockfiles []PackageLockfile `json:"lockfiles,omitempty"`
 }
 
 // BoundaryConfirmed carries the measured properties; it directly follows

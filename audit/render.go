@@ -50,6 +50,10 @@ func WriteTimeline(w io.Writer, journal []byte) {
 			mark, typ = "!!", "REFUSED "+typ
 		case PackageFailed:
 			mark, typ = "!!", "FAILED "+typ
+		case PackageReload:
+			if r.Outcome == ReloadRefused {
+				mark, typ = "!!", "REFUSED "+typ
+			}
 		case ApprovalSubstitution:
 			mark, typ = "!!", "SUBSTITUTION "+typ
 		case BoundaryConfirmed:
@@ -99,7 +103,11 @@ func eachLine(journal []byte, fn func(n int, line []byte, torn bool)) {
 func Describe(r Record) string {
 	switch r := r.(type) {
 	case RunStarted:
-		return fmt.Sprintf("backend=%s policy=%s binary=%s", r.Backend, short(r.PolicySHA256), short(r.BinarySHA256))
+		s := fmt.Sprintf("backend=%s policy=%s binary=%s", r.Backend, short(r.PolicySHA256), short(r.BinarySHA256))
+		for _, lf := range r.Lockfiles {
+			s += fmt.Sprintf(" lockfile=%s:%s:%s", strconv.Quote(lf.Path), short(lf.SHA256), lf.Trust)
+		}
+		return s
 	case BoundaryConfirmed:
 		p := r.Properties
 		prop := func(name string, e confirmation.EnforcedProperty) string {
@@ -146,7 +154,7 @@ func Describe(r Record) string {
 		return describeService(r)
 	case EgressOpened, EgressClosed, EgressRefused:
 		return describeEgress(r)
-	case PackageRequested, PackageCompleted, PackageRefused, PackageFailed, PackageLockfile:
+	case PackageRequested, PackageCompleted, PackageRefused, PackageFailed, PackageLockfile, PackageReload:
 		return describePackage(r)
 	case ApprovalRequested, ApprovalDecided, ApprovalSubstitution:
 		return describeApproval(r)

@@ -95,6 +95,7 @@ func Verify(journal []byte, pub ed25519.PublicKey) Result {
 		terminated int // line of run.terminated, or 0
 		seen       = map[uint64][2]int{}
 		pos, n     int
+		lockfiles  = lockfileSet{}
 	)
 	for pos < len(journal) {
 		n++
@@ -143,6 +144,10 @@ func Verify(journal []byte, pub ed25519.PublicKey) Result {
 		if err := checkOrder(n, e.Record, pub); err != nil {
 			return fail(n, err)
 		}
+		if err := lockfiles.check(e.Record); err != nil {
+			return fail(n, lineErr(ErrBadRecord, "%v", err))
+		}
+		lockfiles.apply(e.Record)
 		counts.add(e.Record)
 		switch r := e.Record.(type) {
 		case RunTerminated:

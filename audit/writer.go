@@ -48,6 +48,7 @@ type Writer struct {
 	closed     bool
 	err        error // poison: set by the first write or sync error, never cleared
 	counts     Counts
+	lockfiles  lockfileSet // the lockfile digests in force (package.go)
 	buf        []byte
 	size       int64 // bytes written to the journal, LFs included
 	maxSize    int64 // MaxJournalBytes; lowered only by this package's tests
@@ -278,10 +279,19 @@ func (w *Writer) checkPlace(seq int64, r Record) error {
 	if rs, ok := r.(RunStarted); ok && rs.PublicKey != string(w.pubPEM) {
 		return fmt.Errorf("audit: refused: %s.public_key must be the writer's PublicKeyPEM", TypeRunStarted)
 	}
+	if err := w.lockfiles.check(r); err != nil {
+		return fmt.Errorf("audit: refused: %w", err)
+	}
 	return nil
 }
 
-func (w *Writer) count(r Record) { w.counts.add(r) }
+func (w *Writer) count(r Record) {
+	w.counts.add(r)
+	if w.lockfiles == nil {
+		w.lockfiles = lockfileSet{}
+	}
+	w.lockfiles.apply(r)
+}
 
 // add counts r as run.terminated's counts do (the writer, and the
 // summaries of runs.go, count the same way).

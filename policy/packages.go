@@ -239,24 +239,43 @@ func (d *decoder) lockfileDigests(n *yaml.Node, path string, lockfiles []string)
 // sha256 pinned, or lockfile_trust: workspace.
 func (d *decoder) validatePackages(p *Policy) {
 	for i, g := range p.Egress.Packages {
-		if g.LockfileTrust == TrustWorkspace {
-			continue
-		}
 		for j, lf := range g.Lockfiles {
-			if _, ok := g.LockfileSHA256[lf]; ok {
-				continue
-			}
-			for k, rw := range p.Filesystem.ReadWrite {
-				if fsutil.Within(lf, rw) || fsutil.Within(realPrefix(lf), realPrefix(rw)) {
-					key := fmt.Sprintf("egress.packages[%d].lockfiles[%d]", i, j)
-					d.add(d.nodes[key], CodeBadValue, key,
-						"lockfile %s lies inside the writable grant filesystem.read_write[%d] (%s): the workload could widen what a later run admits; pin its digest in lockfile_sha256 (sha256sum %s), or set lockfile_trust: workspace to let the workload control what is admitted",
-						lf, k, rw, lf)
-					break
-				}
+			if msg := p.LockfileUntrusted(i, lf); msg != "" {
+				key := fmt.Sprintf("egress.packages[%d].lockfiles[%d]", i, j)
+				d.add(d.nodes[key], CodeBadValue, key, "%s", msg)
 			}
 		}
 	}
+}
+
+// LockfileUntrusted applies the lockfile trust rule to lockfile of the
+// grant egress.packages[grant]: "" when it is trusted (lockfile_trust
+// workspace, its sha256 pinned in lockfile_sha256, which the caller
+// checks against the bytes it reads, or outside every read_write grant,
+// as written and after resolving symlinks), else why not. The policy
+// check applies it when the policy is loaded; the sandbox again each
+// time it reads the lockfiles (at start, and on an operator's reload).
+func (p *Policy) LockfileUntrusted(grant int, lockfile string) string {
+	if grant < 0 || grant >= len(p.Egress.Packages) {
+		return fmt.Sprintf("egress.packages[%d] does not exist", grant)
+	}
+	g := &p.Egress.Packages[grant]
+	if !slices.Contains(g.Lockfiles, lockfile) {
+		return fmt.Sprintf("%s is not a lockfile of egress.packages[%d]", lockfile, grant)
+	}
+	if g.LockfileTrust == TrustWorkspace {
+		return ""
+	}
+	if _, ok := g.LockfileSHA256[lockfile]; ok {
+		return ""
+	}
+	for k, rw := range p.Filesystem.ReadWrite {
+		if fsutil.Within(lockfile, rw) || fsutil.Within(realPrefix(lockfile), realPrefix(rw)) {
+			return fmt.Sprintf("lockfile %s lies inside the writable grant filesystem.read_write[%d] (%s): the workload could widen what a later run admits; pin its digest in lockfile_sha256 (sha256sum %s), or set lockfile_trust: workspace to let the workload control what is admitted",
+				lockfile, k, rw, lockfile)
+		}
+	}
+	return ""
 }
 
 // explainPackages is moat policy check's line per package grant.

@@ -95,6 +95,20 @@ func TestPackagesLockfileTrust(t *testing.T) {
 				}
 				return
 			}
+			if msg := p.LockfileUntrusted(0, lf); msg != "" {
+				t.Errorf("LockfileUntrusted of an accepted lockfile: %s", msg)
+			}
+			if c.name == "read_only" {
+				// The rule again, as the sandbox applies it on each read:
+				// the same policy with the workspace writable refuses it.
+				p.Filesystem.ReadWrite = append(p.Filesystem.ReadWrite, f.ws)
+				if msg := p.LockfileUntrusted(0, lf); !strings.Contains(msg, "lockfile_sha256") {
+					t.Errorf("LockfileUntrusted in a writable grant: %q", msg)
+				}
+				if p.LockfileUntrusted(0, "/elsewhere/package-lock.json") == "" || p.LockfileUntrusted(1, lf) == "" {
+					t.Error("LockfileUntrusted accepted a lockfile or grant the policy does not name")
+				}
+			}
 			if c.name == "read_write_pinned" {
 				if d, ok := p.Egress.Packages[0].PinnedDigest(lf); !ok || d != sum {
 					t.Errorf("pinned digest %q %v", d, ok)

@@ -388,7 +388,7 @@ func Delete(name string) (found bool, err error) {
 }
 
 type controlRequest struct {
-	Op     string   `json:"op"` // status | exec | signal | delete
+	Op     string   `json:"op"` // status | exec | signal | delete | reload-lockfiles
 	Argv   []string `json:"argv,omitempty"`
 	TTY    bool     `json:"tty,omitempty"`
 	ID     string   `json:"id,omitempty"`     // signal: the process, as exec's reply named it

@@ -6,12 +6,14 @@ import (
 	"crypto/sha512"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -110,5 +112,124 @@ func TestPackageEnv(t *testing.T) {
 	}
 	if env := packageEnv(4242, &policy.Policy{}); env != nil {
 		t.Errorf("no grant: %v", env)
+	}
+}
+
+// reloadSession is a Session with a journal (run.started carrying the
+// lockfiles read at start) and a package route, as open leaves them.
+func reloadSession(t *testing.T, pol *policy.Policy) *Session {
+	t.Helper()
+	w, err := audit.Create(filepath.Join(t.TempDir(), "run"), "run-reload")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	s := &Session{pol: pol, w: w, BrokerPort: 1}
+	if err := s.readPackages(nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Append(audit.RunStarted{PolicySHA256: strings.Repeat("a", 64), Backend: "native", BinarySHA256: strings.Repeat("b", 64),
+		PublicKey: string(w.PublicKeyPEM()), Lockfiles: s.lockfiles}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Append(audit.BoundaryConfirmed{Ready: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.openPackages(); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func sha256Hex(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// TestReloadLockfiles: an operator's reload reads the lockfiles by the
+// rule of the start and journals old and new digests before the new set
+// is in force; a lockfile that does not parse, is a symlink, fails the
+// trust rule or its pinned sha256 is refused, journaled, and leaves the
+// set in force (each refusal next to an applied reload: the controls).
+// The journal verifies.
+func TestReloadLockfiles(t *testing.T) {
+	dir := t.TempDir()
+	lf, sum := testLockfile(t, dir)
+	s := reloadSession(t, npmPolicy(lf, policy.TrustPinned, nil))
+	if len(s.lockfiles) != 1 || s.lockfiles[0].SHA256 != sum || s.lockfiles[0].Pins != 1 {
+		t.Fatalf("lockfiles at start %+v", s.lockfiles)
+	}
+	// Unchanged: applied, old = new.
+	rec, err := s.ReloadLockfiles("uid 0 pid 1")
+	if err != nil || rec.Outcome != audit.ReloadApplied || rec.Lockfiles[0].OldSHA256 != sum || rec.Lockfiles[0].SHA256 != sum {
+		t.Fatalf("unchanged reload: %v %+v", err, rec)
+	}
+	// The operator pins another package.
+	b, _ := os.ReadFile(lf)
+	wider := bytes.Replace(b, []byte(`"packages":{`), []byte(`"packages":{"node_modules/right-pad":{"version":"1.0.0","resolved":"https://registry.npmjs.org/right-pad/-/right-pad-1.0.0.tgz","integrity":"sha512-`+strings.Repeat("A", 86)+`=="},`), 1)
+	os.WriteFile(lf, wider, 0o644)
+	rec, err = s.ReloadLockfiles("uid 0 pid 2")
+	if err != nil || rec.Outcome != audit.ReloadApplied || rec.Lockfiles[0].OldSHA256 != sum || rec.Lockfiles[0].SHA256 != sha256Hex(wider) || rec.Lockfiles[0].Pins != 2 {
+		t.Fatalf("reload of a wider lockfile: %v %+v", err, rec)
+	}
+	if s.lockfiles[0].SHA256 != sha256Hex(wider) {
+		t.Errorf("set in force %+v", s.lockfiles)
+	}
+	refused := func(what, reason string) {
+		t.Helper()
+		before := s.lockfiles[0].SHA256
+		rec, err := s.ReloadLockfiles("uid 0 pid 3")
+		if err == nil || rec.Outcome != audit.ReloadRefused || rec.Reason != reason || rec.Lockfiles[0].OldSHA256 != before || rec.Lockfiles[0].Pins != 0 {
+			t.Errorf("%s: %v %+v, want refused %s", what, err, rec, reason)
+		}
+		if s.lockfiles[0].SHA256 != before {
+			t.Errorf("%s: the set in force changed to %+v", what, s.lockfiles)
+		}
+	}
+	os.WriteFile(lf, []byte(`{"lockfileVersion":3,"packages":`), 0o644)
+	refused("truncated lockfile", lockfileInvalid)
+	os.Remove(lf)
+	other, _ := testLockfile(t, t.TempDir())
+	os.Symlink(other, lf)
+	refused("lockfile replaced by a symlink", lockfileUnreadable)
+	os.Remove(lf)
+	os.WriteFile(lf, wider, 0o644)
+	// The trust rule, applied again: a writable grant over the lockfile
+	// (the workload could have written it).
+	s.pol.Filesystem.ReadWrite = []string{dir}
+	refused("lockfile in a writable grant", lockfileUntrusted)
+	// Pinned by sha256: only the pinned bytes are accepted.
+	s.pol.Egress.Packages[0].LockfileSHA256 = map[string]string{lf: sha256Hex(wider)}
+	if rec, err := s.ReloadLockfiles("uid 0 pid 4"); err != nil || rec.Outcome != audit.ReloadApplied {
+		t.Errorf("pinned, unchanged: %v %+v", err, rec)
+	}
+	os.WriteFile(lf, b, 0o644)
+	refused("lockfile edited away from its pinned sha256", lockfileUntrusted)
+	if _, err := s.w.Append(audit.RunTerminated{Reason: audit.ReasonCompleted}); err != nil {
+		t.Fatal(err)
+	}
+	j, _ := os.ReadFile(s.w.JournalPath())
+	if res := audit.Verify(j, s.w.PublicKey()); res.Status != audit.Complete {
+		t.Errorf("journal: %v %v", res.Status, res.Err)
+	}
+	payloads, err := audit.Payloads(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outcomes []string
+	for _, p := range payloads {
+		var r struct{ Type, Outcome, Reason string }
+		json.Unmarshal(p, &r)
+		if r.Type == audit.TypePackageReload {
+			outcomes = append(outcomes, r.Outcome+" "+r.Reason)
+		}
+	}
+	want := []string{"applied ", "applied ", "refused lockfile_invalid", "refused lockfile_unreadable", "refused lockfile_untrusted", "applied ", "refused lockfile_untrusted"}
+	if !slices.Equal(outcomes, want) {
+		t.Errorf("package.reload outcomes %q, want %q", outcomes, want)
+	}
+	// Without a package grant there is nothing to reload.
+	if _, err := (&Session{pol: &policy.Policy{}}).ReloadLockfiles("uid 0 pid 5"); err == nil {
+		t.Error("reload without package grants succeeded")
 	}
 }

@@ -103,19 +103,26 @@ type Session struct {
 	// (boundary.ListenerInfo.Host): "" is the sandbox's 127.0.0.1.
 	brokerHost string
 
-	pol      *policy.Policy
-	w        *audit.Writer
-	sb       boundary.Sandbox
-	brk      *broker.Broker
-	tools    *toolServers // the tool servers (tools.go); nil when the policy has none
-	stateDir string
-	reaper   *reaper.Reaper
-	checks   []audit.Check
-	log      *slog.Logger // the broker's lines, to moat's stderr, at the chosen level
-	term     string       // TERM for processes started with a terminal
-	sandbox  string       // SessionOptions.Sandbox
-	nproc    atomic.Int64
-	fatal    chan Fatal
+	pol *policy.Policy
+	w   *audit.Writer
+	sb  boundary.Sandbox
+	brk *broker.Broker
+	// The package grants' lockfiles as read before run.started (which
+	// records them), the route built from them, and the reload lock
+	// (packages.go).
+	pkgCfg    *broker.PackagesConfig
+	lockfiles []audit.PackageLockfile
+	pkgs      *broker.Packages
+	reloadMu  sync.Mutex
+	tools     *toolServers // the tool servers (tools.go); nil when the policy has none
+	stateDir  string
+	reaper    *reaper.Reaper
+	checks    []audit.Check
+	log       *slog.Logger // the broker's lines, to moat's stderr, at the chosen level
+	term      string       // TERM for processes started with a terminal
+	sandbox   string       // SessionOptions.Sandbox
+	nproc     atomic.Int64
+	fatal     chan Fatal
 
 	budget broker.Budget // SessionOptions.Budget
 
@@ -366,6 +373,7 @@ func (s *Session) startRecord() error {
 	}
 	if _, err := s.w.Append(audit.RunStarted{
 		PolicySHA256: s.pol.SHA256(), Backend: s.Backend, BinarySHA256: b.sum, PublicKey: string(s.w.PublicKeyPEM()),
+		Lockfiles: s.lockfiles,
 	}); err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
@@ -383,6 +391,11 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[strin
 		return rs.err
 	}
 	s.reaper = rs.r
+	// The lockfiles are read once, before anything runs in the sandbox;
+	// run.started records their digests.
+	if err := s.readPackages(stderr); err != nil {
+		return err
+	}
 	var rnd [8]byte
 	rand.Read(rnd[:])
 	s.stateDir = filepath.Join(os.TempDir(), "moat-"+s.RunID+"-"+hex.EncodeToString(rnd[:]))
@@ -463,7 +476,7 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[strin
 	if err != nil {
 		return err
 	}
-	pkgs, err := s.openPackages(stderr)
+	pkgs, err := s.openPackages()
 	if err != nil {
 		return err
 	}

@@ -253,6 +253,9 @@ func (sv *supervisor) handle(ctx context.Context, c *net.UnixConn) {
 	case broker.ApprovalOpList, broker.ApprovalOpShow, broker.ApprovalOpApprove, broker.ApprovalOpDeny:
 		ident, _ := peerIdent(c) // serve checked the peer (sameUser)
 		writeReply(c, approvalDo(sv.sess.brk.Approvals(), bytes.TrimSuffix(buf[:n], []byte("\n")), ident))
+	case opReloadLockfiles:
+		ident, _ := peerIdent(c) // serve checked the peer (sameUser)
+		reply(c, sv.sess.reloadDo(ident))
 	case "status":
 		reply(c, statusReply{AllowanceUsed: sv.sess.Counts().Requested, Processes: sv.sess.Processes()})
 	case "delete":

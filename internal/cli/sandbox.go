@@ -22,7 +22,7 @@ func init() { addCommand(newSandboxCmd) }
 func newSandboxCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sandbox",
-		Short: "Keep a sandbox alive and run many commands in it (create, get, list, exec, delete)",
+		Short: "Keep a sandbox alive and run many commands in it (create, get, list, exec, delete, reload-lockfiles)",
 		Long: `A sandbox created here keeps one policy, one broker allowance and one
 journal across many commands: an agent harness creates it, runs its shell
 tool, tests and builds in it with exec, and deletes it at the end. Each
@@ -37,11 +37,12 @@ $XDG_STATE_HOME/moat for users.`,
 		Example: `  moat sandbox create agent1 --policy examples/agent-workspace.yaml
   moat sandbox exec agent1 sh -c 'echo hello'
   moat sandbox get agent1 -o json
+  moat sandbox reload-lockfiles agent1
   moat sandbox delete agent1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newSandboxCreateCmd(), newSandboxGetCmd(), newSandboxListCmd(), newSandboxExecCmd(), newSandboxDeleteCmd())
+	cmd.AddCommand(newSandboxCreateCmd(), newSandboxGetCmd(), newSandboxListCmd(), newSandboxExecCmd(), newSandboxDeleteCmd(), newSandboxReloadLockfilesCmd())
 	return cmd
 }
 
@@ -296,6 +297,59 @@ that is exit 0 (for clean-up scripts).`,
 		},
 	}
 	cmd.Flags().BoolVar(&ignoreNotFound, "ignore-not-found", false, "exit 0 when there is no such sandbox")
+	return cmd
+}
+
+func newSandboxReloadLockfilesCmd() *cobra.Command {
+	var output *outputFlag
+	cmd := &cobra.Command{
+		Use:   "reload-lockfiles NAME [-o json|yaml]",
+		Short: "Re-read the lockfiles of a sandbox's package grants (egress.packages), journaled before they take effect",
+		Long: `A sandbox reads the lockfiles of its package grants once, when it is
+created: a lockfile changed later (by you, or by the workload) changes
+nothing it admits. reload-lockfiles asks the sandbox's supervisor, over
+its control socket (only the sandbox's owner or root is answered; the
+workload cannot reach it), to read every lockfile again by the rule of
+the start: opened without following a symlink, the lockfile trust rule
+(outside every read_write grant, or its sha256 pinned in lockfile_sha256,
+or lockfile_trust: workspace) and the pinned sha256 checked. A
+package.reload record, with each lockfile's old and new sha256 and who
+asked, is journaled, durably, before the new pins take effect.
+
+It fails closed: a lockfile that cannot be read, fails the trust rule or
+does not parse leaves the lockfiles in force unchanged; that is journaled
+as a refused package.reload and the command exits 125 with the reason.`,
+		Example: `  # after updating package-lock.json (outside every read_write grant):
+  moat sandbox reload-lockfiles agent1
+  moat sandbox reload-lockfiles agent1 -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rec, err := sandbox.ReloadLockfiles(args[0])
+			if rec != nil {
+				if output.machine() {
+					if werr := output.write(cmd.OutOrStdout(), rec); werr != nil {
+						return werr
+					}
+				} else {
+					tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+					fmt.Fprintf(tw, "outcome:\t%s\n", rec.Outcome)
+					for _, lf := range rec.Lockfiles {
+						now := lf.SHA256
+						if now == "" {
+							now = "(not read)"
+						}
+						fmt.Fprintf(tw, "%s:\t%s -> %s\n", lf.Path, lf.OldSHA256, now)
+					}
+					tw.Flush()
+				}
+			}
+			if err != nil {
+				return sandboxErr(err)
+			}
+			return nil
+		},
+	}
+	output = addOutput(cmd)
 	return cmd
 }
 
