@@ -226,9 +226,37 @@ func (sb *sandbox) startInit(ctx context.Context, cfg *initConfig, hostUID, host
 			Setpgid: true,
 		},
 	}
+	sb.cg, sb.limits = newCgroups(sb.runID, sb.policy.Process.Limits, sb.reaper)
+	// On cgroup v1 the init is born in its cgroups: the forking thread
+	// moves itself into them for the fork and back after it (see
+	// enterThread: no RCU grace period, which a move of the init would
+	// wait for).
+	born := sb.cg != nil && sb.cg.threadEntry()
+	start := func() error {
+		if born {
+			if testBeforeCgroupAdd != nil {
+				testBeforeCgroupAdd()
+			}
+			leave, err := sb.cg.enterThread()
+			if err != nil {
+				return fmt.Errorf("cgroup: %w", err)
+			}
+			_, err = startOwned(cmd, hostGID)
+			if lerr := leave(); lerr != nil {
+				if err == nil {
+					cmd.Process.Kill()
+					cmd.Wait()
+				}
+				return fmt.Errorf("cgroup: %w", errors.Join(err, lerr))
+			}
+			return err
+		}
+		_, err := startOwned(cmd, hostGID)
+		return err
+	}
 	// startOwned changes the forking thread's ids: StartLocked's thread
 	// is the sandbox's own.
-	if err := initkit.StartLocked(func() error { _, err := startOwned(cmd, hostGID); return err }, sb.release); err != nil {
+	if err := initkit.StartLocked(start, sb.release); err != nil {
 		close(sb.initDone)
 		return fmt.Errorf("native: starting the sandbox init: %w", err)
 	}
@@ -237,15 +265,13 @@ func (sb *sandbox) startInit(ctx context.Context, cfg *initConfig, hostUID, host
 	// namespace is empty (its init gone).
 	sb.reaper.WaitFor(cmd.Process.Pid)
 	go func() { cmd.Wait(); close(sb.initDone) }()
-	sb.cg, sb.limits = newCgroups(sb.runID, sb.policy.Process.Limits, sb.reaper)
-	// Moving a process into a cgroup takes the kernel's threadgroup lock
-	// for writing, which on cgroup v1 waits for an RCU grace period: 10 to
-	// 30 ms on the bench machine, a third of a cold start. The init is
-	// moved while it builds the sandbox's root: it starts no process
-	// before it is told to, after Prepare, and Prepare returns only once
-	// the move is done (every return below waits for it).
+	// Elsewhere (cgroup v2), moving a process into a cgroup takes the
+	// kernel's threadgroup lock for writing. The init is moved while it
+	// builds the sandbox's root: it starts no process before it is told
+	// to, after Prepare, and Prepare returns only once the move is done
+	// (every return below waits for it).
 	added := make(chan error, 1)
-	if sb.cg != nil {
+	if sb.cg != nil && !born {
 		pid := cmd.Process.Pid
 		go func() {
 			if testBeforeCgroupAdd != nil {
