@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/moat-sandbox/moat/audit"
@@ -157,11 +158,17 @@ func (b *Broker) forward(x *exchange, req *request, adm *wire.Request, fwd map[s
 	return werr == nil
 }
 
+// readBufs holds readResponse's scratch buffers: one of streamReadBytes
+// per answer was half of all the bytes the broker allocated (bench/README).
+var readBufs = sync.Pool{New: func() any { b := make([]byte, streamReadBytes); return &b }}
+
 // readResponse buffers a decoded response, charging it to the memory
 // budget as it grows.
 func (b *Broker) readResponse(w *conn, body io.Reader) ([]byte, error) {
 	var data []byte
-	buf := make([]byte, streamReadBytes)
+	bp := readBufs.Get().(*[]byte)
+	defer readBufs.Put(bp)
+	buf := *bp
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
