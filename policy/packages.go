@@ -26,6 +26,8 @@ import (
 //	      ca_file: mirror-ca.pem                 # optional: roots for a private mirror
 //	    - kind: goproxy                          # GOPROXY=http://127.0.0.1:<port>/pkg/goproxy
 //	      lockfiles: [go.sum]                    # upstream https://proxy.golang.org by default
+//	    - kind: pypi                             # PIP_INDEX_URL=http://127.0.0.1:<port>/pkg/pypi/simple/
+//	      lockfiles: [requirements.txt, uv.lock] # hashed requirements, or a file named uv.lock
 //
 // Lockfile trust: a lockfile inside a read_write grant is written by the
 // workload, so one run could widen what the next admits. Such a lockfile

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strconv"
 
 	"github.com/moat-sandbox/moat/audit"
@@ -113,8 +114,12 @@ func readLockfiles(pol *policy.Policy, notice io.Writer) (*broker.PackagesConfig
 			}
 			switch {
 			case g.Kind == policy.PackagePyPI:
+				parse := broker.ParseRequirements
+				if filepath.Base(lf) == "uv.lock" {
+					parse = broker.ParseUVLock
+				}
 				var p []broker.PyPIPin
-				p, err = broker.ParseRequirements(lf, data)
+				p, err = parse(lf, data)
 				pypins, rec.Pins = append(pypins, p...), len(p)
 			case g.Kind == policy.PackageGoProxy:
 				var p []broker.GoPin

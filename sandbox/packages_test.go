@@ -87,6 +87,17 @@ func TestReadLockfiles(t *testing.T) {
 	if c, _, err := readLockfiles(pp, nil); err != nil || len(c.PyPI) != 1 || c.PyPI[0].Name != "demo-pkg" {
 		t.Errorf("requirements: %v %+v", err, c)
 	}
+	// uv.lock: a pypi lockfile named uv.lock is read as one.
+	uv := filepath.Join(t.TempDir(), "uv.lock")
+	os.WriteFile(uv, []byte("version = 1\n[[package]]\nname = \"Demo_Pkg\"\nversion = \"1.0\"\nsource = { registry = \"https://pypi.org/simple\" }\nwheels = [{ url = \"https://x/d.whl\", hash = \"sha256:"+strings.Repeat("b", 64)+"\" }]\n"), 0o644)
+	up := &policy.Policy{Egress: policy.Egress{Packages: []policy.PackageGrant{{Kind: policy.PackagePyPI, Lockfiles: []string{uv}, LockfileTrust: policy.TrustWorkspace}}}}
+	if c, read, err := readLockfiles(up, nil); err != nil || len(c.PyPI) != 1 || c.PyPI[0].Name != "demo-pkg" || c.PyPI[0].SHA256[0] != strings.Repeat("b", 64) || read[0].Pins != 1 {
+		t.Errorf("uv.lock: %v %+v", err, c)
+	}
+	os.WriteFile(uv, []byte("version = 1\n[[package]]\nname = \"d\"\nversion = \"1.0\"\nsource = { registry = \"r\" }\nwheels = [{ url = \"u\" }]\n"), 0o644)
+	if _, _, err := readLockfiles(up, nil); err == nil || !strings.Contains(err.Error(), "has no hash") {
+		t.Errorf("uv.lock without a hash: %v", err)
+	}
 	if env := packageEnv(4242, pp); !slices.Equal(env, []string{"PIP_INDEX_URL=http://127.0.0.1:4242/pkg/pypi/simple/"}) {
 		t.Errorf("pypi env %v", env)
 	}
