@@ -10,9 +10,11 @@ import (
 
 // openLockfile reads a regular file of at most max bytes, opened with
 // RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS: no component of path may
-// be a symlink (the workload cannot point a lockfile elsewhere).
+// be a symlink (the workload cannot point a lockfile elsewhere). O_NONBLOCK:
+// a named pipe the workload put in the lockfile's place is refused as not
+// a regular file instead of blocking the open until a writer comes.
 func openLockfile(path string, max int64) ([]byte, error) {
-	fd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+	fd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOFOLLOW | unix.O_NONBLOCK,
 		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
 	if err != nil {
 		if err == unix.ELOOP {
