@@ -4,6 +4,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+
+	"github.com/moat-sandbox/moat/broker/wire"
 )
 
 // A PyPIPin is one requirement of a hashed requirements.txt: Name (PEP
@@ -49,10 +51,8 @@ func ParseRequirements(name string, data []byte) ([]PyPIPin, error) {
 			continue
 		}
 		if strings.HasPrefix(f[0], "-") {
-			opt, _, _ := strings.Cut(f[0], "=")
-			switch opt {
-			case "-r", "--requirement", "-c", "--constraint", "-e", "--editable":
-				return nil, fmt.Errorf("%s:%d: %s is not supported: moat reads one file with every requirement pinned; %s", name, i+1, opt, reqAdvice)
+			if opt := includeOption(f[0]); opt != "" {
+				return nil, fmt.Errorf("%s:%d: %s is not supported (pip reads it as %s): moat reads one file with every requirement pinned; %s", name, i+1, wire.Bound(f[0]), opt, reqAdvice)
 			}
 			continue
 		}
@@ -113,6 +113,22 @@ func ParseRequirements(name string, data []byte) ([]PyPIPin, error) {
 		out = append(out, PyPIPin{Name: norm, Version: ver, SHA256: hashes, Lockfile: name})
 	}
 	return out, nil
+}
+
+// includeOption returns the option pip reads a in a requirements file as
+// when it names another file or an editable install (--requirement,
+// --constraint, --editable), else "". pip parses option lines with
+// optparse: a short option may carry its value ("-rother.txt") and a long
+// one may be abbreviated ("--requirem x", "--constr=c.txt").
+func includeOption(a string) string {
+	opt, _, _ := strings.Cut(a, "=")
+	for _, o := range []struct{ short, long string }{{"-r", "--requirement"}, {"-c", "--constraint"}, {"-e", "--editable"}} {
+		if strings.HasPrefix(opt, o.short) && !strings.HasPrefix(opt, "--") ||
+			len(opt) > 2 && strings.HasPrefix(o.long, opt) {
+			return o.long
+		}
+	}
+	return ""
 }
 
 // normalizePyPIName is PEP 503's normalization (lower case, runs of

@@ -217,3 +217,28 @@ func TestRedteamGoZipBomb(t *testing.T) {
 		t.Errorf("contents over the cap: %v", err)
 	}
 }
+
+// TestRedteamRequirementsInclude: pip reads option lines with optparse,
+// so "-rother.txt" and "--requirem other.txt" include other.txt as
+// "-r other.txt" does; moat skipped them as client options, read the file
+// as pinning nothing from other.txt, and the broker then refused
+// other.txt's packages with a message saying to add them to the file
+// that already includes them. Every spelling of an include, constraint
+// or editable now refuses the file with a message naming it; client
+// options (the positive control) are still skipped.
+func TestRedteamRequirementsInclude(t *testing.T) {
+	hash := " --hash=sha256:" + strings.Repeat("ab", 32)
+	for _, bad := range []string{"-rother.txt", "-r other.txt", "--requirem=other.txt", "--requirement other.txt", "-cconstraints.txt",
+		"--constr c.txt", "-e.", "--edit=.", "--r x"} {
+		_, err := ParseRequirements("requirements.txt", []byte(bad+"\ndemo==1.0"+hash+"\n"))
+		if err == nil || !strings.Contains(err.Error(), "requirements.txt:1: ") || !strings.Contains(err.Error(), "not supported") {
+			t.Errorf("%q: %v, want refused naming line 1", bad, err)
+		}
+	}
+	for _, ok := range []string{"--require-hashes", "-i https://pypi.org/simple", "--index-url=https://pypi.org/simple", "--extra-index-url x", "-f /wheels", "--prefer-binary", "--pre"} {
+		pins, err := ParseRequirements("requirements.txt", []byte(ok+"\ndemo==1.0"+hash+"\n"))
+		if err != nil || len(pins) != 1 || pins[0].Name != "demo" {
+			t.Errorf("%q: %v %v, want the option skipped and demo pinned", ok, pins, err)
+		}
+	}
+}
