@@ -355,7 +355,9 @@ func (w *Writer) sync(f *os.File) error {
 }
 
 // Close syncs and closes the journal. Later Appends fail with ErrClosed.
-// It does not write run.terminated; append that first.
+// It does not write run.terminated; append that first. When every line
+// written is durable already (the last Append synced it), there is
+// nothing to sync: that fsync was one of every run's on its way out.
 func (w *Writer) Close() error {
 	w.syncMu.Lock()
 	defer w.syncMu.Unlock()
@@ -366,12 +368,13 @@ func (w *Writer) Close() error {
 	}
 	w.closed = true
 	var serr error
-	if w.err == nil {
+	if w.err == nil && w.synced < w.written {
 		if serr = w.f.Sync(); serr != nil {
 			w.err = fmt.Errorf("%w: fsync failed: %w", ErrPoisoned, serr)
 			serr = w.err
 		} else {
 			w.synced = w.written
+			w.nsync++
 		}
 	}
 	if err := w.f.Close(); err != nil && serr == nil {
