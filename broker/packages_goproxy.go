@@ -144,14 +144,19 @@ func (b *Broker) answerPackage(x *exchange, req *request, data []byte, ctype str
 	return writeFull(x.w.bw, 200, [][2]string{{"Moat-Request-Id", x.id}, {"Content-Type", ctype}}, data, req.close) == nil
 }
 
-// packageTarget is the front's hook for targets under PackagesPathPrefix:
-// the go command sends the proxy protocol's '!' case escapes as "%21",
-// which is the same character ('!' is a path character), so only that
-// escape is decoded; every other '%' is still refused by checkPath.
+// packageTarget is the front's hook for targets under PackagesPathPrefix.
+// Besides npm's scoped names, two escapes are decoded, each to the path
+// character it stands for: the go command sends the proxy protocol's '!'
+// case escapes as "%21", and pip, which percent-quotes every link of an
+// index page, sends the '+' of a local version (1.0+cpu) as "%2B" and an
+// epoch's '!' (1!2.0) as "%21". Every other '%' is still refused by
+// checkPath.
 func packageTarget(target string) string {
 	if !strings.Contains(target, "%") {
 		return target
 	}
 	target = npmScopedTarget(target) // npm's "@scope%2fname" (packages_npmlock.go)
-	return strings.NewReplacer("%21", "!").Replace(target)
+	return packageEscapes.Replace(target)
 }
+
+var packageEscapes = strings.NewReplacer("%21", "!", "%2B", "+", "%2b", "+")

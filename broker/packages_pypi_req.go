@@ -85,7 +85,7 @@ func ParseRequirements(name string, data []byte) ([]PyPIPin, error) {
 			return nil, fmt.Errorf("%s:%d: %q is a URL requirement; moat serves index packages only", name, i+1, req)
 		}
 		pkg, ver, ok := strings.Cut(req, "==")
-		if !ok || strings.HasPrefix(ver, "=") || strings.ContainsAny(ver, "<>!~*,") {
+		if !ok || strings.HasPrefix(ver, "=") || strings.ContainsAny(ver, "<>~*,=") {
 			return nil, fmt.Errorf("%s:%d: %q is not pinned with ==; %s", name, i+1, req, reqAdvice)
 		}
 		if b := strings.IndexByte(pkg, '['); b >= 0 {

@@ -242,3 +242,89 @@ func TestRedteamRequirementsInclude(t *testing.T) {
 		}
 	}
 }
+
+// pypiRedteam is a broker with a pypi grant in front of reg, pinning
+// reqs.
+func pypiRedteam(t *testing.T, reg *fakeRegistry, reqs string) *harness {
+	t.Helper()
+	lock := filepath.Join(t.TempDir(), "requirements.txt")
+	os.WriteFile(lock, []byte(reqs), 0o644)
+	pins, err := ParseRequirements(lock, []byte(reqs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := newFakeProvider(t, false)
+	h := startBroker(t, fp, testPolicy(fp.srv.URL, 10), nil, func(c *Config) {
+		pk, err := NewPackages(PackagesConfig{
+			Grants:  []policy.PackageGrant{{Kind: policy.PackagePyPI, Upstream: reg.srv.URL, Lockfiles: []string{lock}, LockfileTrust: policy.TrustPinned, MaxRequests: 100}},
+			PyPI:    pins,
+			BaseURL: "http://127.0.0.1:1",
+			Dial:    testGuard(), RootCAs: reg.pool()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Packages = pk
+	})
+	reg.verify = h.j.verify
+	t.Cleanup(func() {
+		if len(reg.bad) > 0 {
+			t.Errorf("the registry got requests without a journaled pre-effect line: %v", reg.bad)
+		}
+	})
+	return h
+}
+
+// pipDownload runs pip download --require-hashes of reqs through h into
+// a new directory and returns it.
+func pipDownload(t *testing.T, h *harness, reqs string) (string, string, error) {
+	t.Helper()
+	pip, err := exec.LookPath("pip")
+	testenv.Need(t, err == nil, "pip is not installed (CI installs python3-pip)")
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "requirements.txt"), []byte(reqs), 0o644)
+	cmd := exec.Command(pip, "download", "--no-cache-dir", "--no-deps", "--disable-pip-version-check", "--retries", "0",
+		"--require-hashes", "-r", "requirements.txt", "-d", filepath.Join(dir, "dl"), "--index-url", "http://"+h.addr+"/pkg/pypi/simple/")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PIP_CONFIG_FILE=/dev/null", "NO_PROXY=*")
+	out, err := cmd.CombinedOutput()
+	return filepath.Join(dir, "dl"), string(out), err
+}
+
+// TestRedteamPyPILocalVersion: pip percent-quotes the links of an index
+// page before it fetches them, so a file whose name has a '+' (a local
+// version, 1.0+cpu) or a '!' (an epoch) is requested as %2B or %21. The
+// front refused every '%' but the go command's %21, so such wheels could
+// not be installed at all, with a message about percent-encoding. %2B is
+// now read as '+', like %21 as '!'; every other escape is still refused
+// (the denial in the same setup).
+func TestRedteamPyPILocalVersion(t *testing.T) {
+	reg := &fakeRegistry{files: map[string][]byte{}, tampered: map[string][]byte{}}
+	reg.srv = newTLSRegistry(t, reg)
+	whl := pyWheel(t, "demo-pkg", "1.0+cpu", "42")
+	epoch := pyWheel(t, "epoch-pkg", "1!2.0", "7")
+	reg.files["/files/demo_pkg-1.0+cpu-py3-none-any.whl"] = whl
+	reg.files["/files/epoch_pkg-1!2.0-py3-none-any.whl"] = epoch
+	reg.files["/simple/demo-pkg/"] = []byte(`<a href="/files/demo_pkg-1.0+cpu-py3-none-any.whl#sha256=` + hexSum(whl) + `">w</a>`)
+	reg.files["/simple/epoch-pkg/"] = []byte(`<a href="/files/epoch_pkg-1!2.0-py3-none-any.whl#sha256=` + hexSum(epoch) + `">w</a>`)
+	reqs := "demo-pkg==1.0+cpu --hash=sha256:" + hexSum(whl) + "\nepoch-pkg==1!2.0 --hash=sha256:" + hexSum(epoch) + "\n"
+	h := pypiRedteam(t, reg, reqs)
+	if r := h.raw(pkgGet("/pkg/pypi/simple/demo-pkg/")); r.status != 200 {
+		t.Fatalf("index: %d %s", r.status, r.body)
+	}
+	if r := h.raw(pkgGet("/pkg/pypi/files/" + hexSum(whl) + "/demo_pkg-1.0%2Bcpu-py3-none-any.whl")); r.status != 200 || r.body != string(whl) {
+		t.Errorf("%%2B in the file name: %d %s", r.status, r.body)
+	}
+	if r := h.raw(pkgGet("/pkg/pypi/files/" + hexSum(whl) + "/demo_pkg-1.0%2Fcpu-py3-none-any.whl")); r.status != 400 || r.header.Get("Moat-Reason") != string(ReasonPathTrick) {
+		t.Errorf("%%2F in the file name: %d %s", r.status, r.body)
+	}
+	dl, out, err := pipDownload(t, h, reqs)
+	if err != nil {
+		t.Fatalf("pip download of a local version and an epoch: %v\n%s", err, out)
+	}
+	if b, err := os.ReadFile(filepath.Join(dl, "demo_pkg-1.0+cpu-py3-none-any.whl")); err != nil || !bytes.Equal(b, whl) {
+		t.Errorf("local-version wheel not downloaded: %v\n%s", err, out)
+	}
+	if b, err := os.ReadFile(filepath.Join(dl, "epoch_pkg-1!2.0-py3-none-any.whl")); err != nil || !bytes.Equal(b, epoch) {
+		t.Errorf("epoch wheel not downloaded: %v\n%s", err, out)
+	}
+}
