@@ -198,7 +198,8 @@ func goModHash(data []byte) string {
 
 // goZipHash is the h1 hash of a module zip's contents (dirhash.HashZip):
 // every file of the zip by its name in the zip. A zip with a directory
-// entry's data, a duplicate name, or more than max decoded bytes fails.
+// entry's data, a duplicate name, an entry that is neither a regular file
+// nor a directory, or more than max decoded bytes fails.
 // The contents are streamed through the hash: a small zip that inflates
 // to max costs max bytes of inflating, not of memory.
 func goZipHash(data []byte, max int64) (string, error) {
@@ -211,6 +212,11 @@ func goZipHash(data []byte, max int64) (string, error) {
 	for _, f := range zr.File {
 		if _, dup := files[f.Name]; dup {
 			return "", fmt.Errorf("the zip holds %q twice", f.Name)
+		}
+		// The hash does not cover modes: an entry the go command would
+		// never write (a symlink, a device) is refused, not served.
+		if m := f.Mode(); m.Type() != 0 && !m.IsDir() {
+			return "", fmt.Errorf("the zip's entry %q is not a regular file (%s)", f.Name, m.Type())
 		}
 		files[f.Name] = f
 		names = append(names, f.Name)

@@ -328,3 +328,72 @@ func TestRedteamPyPILocalVersion(t *testing.T) {
 		t.Errorf("epoch wheel not downloaded: %v\n%s", err, out)
 	}
 }
+
+// TestRedteamGoZipSymlink: the h1 hash covers a module zip's names and
+// contents, not its entries' modes, so an upstream could serve the pinned
+// module with an entry turned into a symlink (contents "/etc/passwd")
+// that still matched go.sum. The go command itself writes every entry as
+// a regular file, but the zip is kept in the module cache as served; a
+// zip entry that is not a regular file or a directory is now refused
+// (the go command never makes one). Positive control: the same contents
+// as regular files are served.
+func TestRedteamGoZipSymlink(t *testing.T) {
+	reg := &fakeRegistry{files: map[string][]byte{}, tampered: map[string][]byte{}}
+	reg.srv = newTLSRegistry(t, reg)
+	build := func(link bool) []byte {
+		var buf bytes.Buffer
+		zw := zip.NewWriter(&buf)
+		for _, f := range [][2]string{{"go.mod", "module example.com/demo\n"}, {"passwd", "/etc/passwd"}} {
+			hdr := &zip.FileHeader{Name: "example.com/demo@v1.0.0/" + f[0], Method: zip.Deflate}
+			if link && f[0] == "passwd" {
+				hdr.SetMode(os.ModeSymlink | 0o777)
+			}
+			w, err := zw.CreateHeader(hdr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.Write([]byte(f[1]))
+		}
+		zw.Close()
+		return buf.Bytes()
+	}
+	good, evil := build(false), build(true)
+	zh, err := goZipHash(good, maxGoZipContent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.files["/example.com/demo/@v/v1.0.0.zip"] = good
+	sum := []byte("example.com/demo v1.0.0 " + zh + "\n")
+	gosum := filepath.Join(t.TempDir(), "go.sum")
+	os.WriteFile(gosum, sum, 0o644)
+	pins, err := ParseGoSum(gosum, sum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := newFakeProvider(t, false)
+	h := startBroker(t, fp, testPolicy(fp.srv.URL, 10), nil, func(c *Config) {
+		pk, err := NewPackages(PackagesConfig{
+			Grants:  []policy.PackageGrant{{Kind: policy.PackageGoProxy, Upstream: reg.srv.URL, Lockfiles: []string{gosum}, LockfileTrust: policy.TrustPinned, MaxRequests: 100}},
+			Go:      pins,
+			BaseURL: "http://127.0.0.1:1",
+			Dial:    testGuard(), RootCAs: reg.pool()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Packages = pk
+	})
+	reg.verify = h.j.verify
+	if r := h.raw(pkgGet("/pkg/goproxy/example.com/demo/@v/v1.0.0.zip")); r.status != 200 || r.body != string(good) {
+		t.Fatalf("pinned zip: %d %s", r.status, r.body)
+	}
+	reg.mu.Lock()
+	reg.tampered["/example.com/demo/@v/v1.0.0.zip"] = evil
+	reg.mu.Unlock()
+	r := h.raw(pkgGet("/pkg/goproxy/example.com/demo/@v/v1.0.0.zip"))
+	if r.status != 502 || r.header.Get("Moat-Reason") != string(ReasonPackageDigest) || !strings.Contains(r.body, "not a regular file") {
+		t.Errorf("zip with a symlink entry: %d %s", r.status, r.body)
+	}
+	if len(reg.bad) > 0 {
+		t.Errorf("requests without a journaled pre-effect line: %v", reg.bad)
+	}
+}
