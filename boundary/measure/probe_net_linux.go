@@ -107,7 +107,7 @@ func probeDNS(addr string) (string, string) {
 	if !loopbackAddr(addr) {
 		return OutcomeError, "BUG: refusing a target that is neither loopback nor the plan's host " + addr
 	}
-	c, err := net.Dial("udp", addr)
+	c, err := dialUDPNotSelf(addr)
 	if err != nil {
 		return OutcomeFailed, err.Error()
 	}
@@ -122,6 +122,33 @@ func probeDNS(addr string) (string, string) {
 		return OutcomeFailed, "no answer: " + err.Error()
 	}
 	return OutcomeSucceeded, fmt.Sprintf("%d-byte answer from %s", n, addr)
+}
+
+// dialUDP is net.Dial for UDP; tests replace it.
+var dialUDP = func(addr string) (net.Conn, error) { return net.Dial("udp", addr) }
+
+// selfDialTries bounds the redials of a UDP socket that was connected to
+// itself.
+const selfDialTries = 8
+
+// dialUDPNotSelf connects a UDP socket to addr whose own address is not
+// addr. A loopback target's port can be the one the kernel picks as the
+// socket's source port; the socket is then connected to itself, reads its
+// own query back, and the probe reported that as an answer (a violation
+// that succeeded: a false refusal of the run, seen on gVisor with a
+// receiver's random port). Such a socket is closed and another dialled.
+func dialUDPNotSelf(addr string) (net.Conn, error) {
+	for range selfDialTries {
+		c, err := dialUDP(addr)
+		if err != nil {
+			return nil, err
+		}
+		if c.LocalAddr().String() != c.RemoteAddr().String() {
+			return c, nil
+		}
+		c.Close()
+	}
+	return nil, fmt.Errorf("every UDP socket dialled to %s was connected to itself (%d tries)", addr, selfDialTries)
 }
 
 // probeResolvConf queries each loopback nameserver of /etc/resolv.conf.
