@@ -61,6 +61,7 @@ func (b *Broker) forward(x *exchange, req *request, adm *wire.Request, fwd map[s
 		// The record shows exactly the worker headers that are sent.
 		rec.Headers = fwd
 	}
+	faultPoint(FaultPreDurable) // test builds only (faulthook_hooks.go)
 	line, ok := b.append(rec)
 	if !ok {
 		// No durable record, no request.
@@ -87,6 +88,7 @@ func (b *Broker) forward(x *exchange, req *request, adm *wire.Request, fwd map[s
 	}
 	hreq.Header.Set(preEffectHeader, base64.StdEncoding.EncodeToString(line))
 	p.setCredential(hreq.Header)
+	faultPoint(FaultPreSend)
 	resp, err := p.client.Do(hreq)
 	if err != nil {
 		return b.upstreamFailed(x, err, ReasonUpstreamError, fmt.Sprintf("provider %q could not be reached", p.name))
@@ -140,6 +142,7 @@ func (b *Broker) forward(x *exchange, req *request, adm *wire.Request, fwd map[s
 	// The answer is released while its completion record syncs (doc.go
 	// says why that is safe): the record is written in its place first,
 	// and the request is done only once it is durable.
+	faultPoint(FaultPreComplete)
 	rsum := sha256.Sum256(data)
 	u := usageOf(data)
 	b.closeBudget(x, &u)
