@@ -31,14 +31,24 @@ const (
 // FaultCase is one case of the faults suite.
 type FaultCase struct {
 	Name   string `json:"name"`
-	Signal string `json:"signal"` // sent to the supervisor of a moat sandbox: SIGSTOP or SIGKILL
-	Doc    string `json:"doc"`
+	Kind   string `json:"kind"`             // FaultKind*
+	Signal string `json:"signal,omitempty"` // supervisor: sent to the supervisor of a moat sandbox, SIGSTOP or SIGKILL
+	Stage  string `json:"stage,omitempty"`  // interrupt: the broker's audit stage (broker.FaultStages)
+	// Hooks: the case runs the moat_test_hooks build (--hooks-binary);
+	// without it the case is invalid, not run.
+	Hooks bool   `json:"hooks,omitempty"`
+	Doc   string `json:"doc"`
 }
 
 // FaultCases is the faults suite's fixed case list, in order.
 var FaultCases = []FaultCase{
-	{Name: "supervisor-stop", Signal: "SIGSTOP", Doc: "the supervisor of a moat sandbox is stopped (SIGSTOP): the init's heartbeat watch kills the workload within process.supervisor_timeout, while the supervisor is still stopped; a healthy supervisor first kept it alive past twice the timeout; the journal is an intact prefix"},
-	{Name: "supervisor-kill", Signal: "SIGKILL", Doc: "the supervisor of a moat sandbox is killed (SIGKILL): the workload dies; a healthy supervisor first kept it alive past twice the timeout; the journal is an intact prefix"},
+	{Name: "supervisor-stop", Kind: FaultKindSupervisor, Signal: "SIGSTOP", Doc: "the supervisor of a moat sandbox is stopped (SIGSTOP): the init's heartbeat watch kills the workload within process.supervisor_timeout, while the supervisor is still stopped; a healthy supervisor first kept it alive past twice the timeout; the journal is an intact prefix"},
+	{Name: "supervisor-kill", Kind: FaultKindSupervisor, Signal: "SIGKILL", Doc: "the supervisor of a moat sandbox is killed (SIGKILL): the workload dies; a healthy supervisor first kept it alive past twice the timeout; the journal is an intact prefix"},
+	{Name: "workers-shared-budget", Kind: FaultKindWorkers, Doc: "8 native child sandboxes (moat sandbox create --parent) under one parent budget of 24 requests, 4 workers each firing model requests at once until refused: the provider's own log holds exactly 24 requests, each with a durable pre-effect line of a child journal; every child journal verifies complete; each child's refusals are journaled as budget_exhausted with a detail that says the budget is spent; the ledger holds 24 requests and no open reservation"},
+	{Name: "interrupt-pre-durable", Kind: FaultKindInterrupt, Stage: "pre-durable", Hooks: true, Doc: "moat (the sandbox's supervisor, whose broker the test-only fault hook stopped after a control request was served) is killed (SIGKILL) before the second request's pre-effect record is written: the journal is an intact prefix (moat audit verify exit 2), it holds the control's records only, and the provider got the control alone"},
+	{Name: "interrupt-pre-send", Kind: FaultKindInterrupt, Stage: "pre-send", Hooks: true, Doc: "moat is killed after the second request's pre-effect record is durable, before the provider got it: the journal is an intact prefix with that record, the provider got the control alone, and the ledger keeps the uncertain reservation charged"},
+	{Name: "interrupt-pre-complete", Kind: FaultKindInterrupt, Stage: "pre-complete", Hooks: true, Doc: "moat is killed after the provider answered the second request, before its budget settlement and completion record: the journal is an intact prefix, every provider request carries a durable pre-effect line of it, and the ledger keeps the uncertain reservation charged"},
+	{Name: "approval-substitution", Kind: FaultKindApproval, Doc: "two requests of a sandbox are held for approval (A, then a changed B); the operator's approval of A's digest presented for B is refused and journaled as approval.substitution, and B's refusal is journaled; B never reaches the provider; A, approved with its digest, reaches it exactly once after its durable approval.decided; approving A again is refused as a replay"},
 }
 
 // FaultCaseNames lists FaultCases' names in order.
@@ -97,6 +107,9 @@ type FaultObservations struct {
 	JournalReason     string `json:"journal_reason,omitempty"`
 	JournalRecords    int    `json:"journal_records"`
 	AuditVerifyExit   int    `json:"audit_verify_exit"`
+	// Broker holds a broker case's observations (nil for a supervisor
+	// case); the fields above then summarize its worst journal.
+	Broker *BrokerObservations `json:"broker,omitempty"`
 }
 
 // FaultCaseReport is one faults case's entry.
@@ -110,12 +123,15 @@ type FaultCaseReport struct {
 
 // FaultsReport is a faults bundle's report.json.
 type FaultsReport struct {
-	Suite          string            `json:"suite"`
-	Version        int               `json:"version"`
-	Complete       bool              `json:"complete"`
-	Planned        []string          `json:"planned"`
-	Cases          []FaultCaseReport `json:"cases"`
-	Binary         BinaryInfo        `json:"binary"`
+	Suite    string            `json:"suite"`
+	Version  int               `json:"version"`
+	Complete bool              `json:"complete"`
+	Planned  []string          `json:"planned"`
+	Cases    []FaultCaseReport `json:"cases"`
+	Binary   BinaryInfo        `json:"binary"`
+	// HooksBinary is the moat_test_hooks build that ran the interrupt
+	// cases (path and sha256), absent when none was given.
+	HooksBinary    *FileInfo         `json:"hooks_binary,omitempty"`
 	Fixture        FileInfo          `json:"fixture"`
 	Kernel         string            `json:"kernel"`
 	Arch           string            `json:"arch"`
@@ -130,6 +146,15 @@ type FaultsReport struct {
 
 // faultCaseFiles are the only files a faults case directory holds.
 var faultCaseFiles = []string{FileFaultHost, FileJournal, FilePublicKey}
+
+// faultFileOK says whether case c's directory may hold the file fn: a
+// supervisor case faultCaseFiles, a broker case brokerCaseFileOK.
+func faultFileOK(c FaultCase, fn string) bool {
+	if c.Kind == FaultKindSupervisor {
+		return slices.Contains(faultCaseFiles, fn)
+	}
+	return brokerCaseFileOK(fn)
+}
 
 // FaultsFixtureSHA256 is the sha256 of the faults case list as JSON.
 func FaultsFixtureSHA256() string {
@@ -291,9 +316,13 @@ func summarizeFaults(cs []FaultCaseReport) Summary {
 func renderFaultsMarkdown(r *FaultsReport) []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# moat faults evidence\n\nA second report beside the containment suite, never merged into its count. Kernel `%s`, %s, controller uid %d.\n\n", r.Kernel, r.Arch, r.ControllerUID)
-	fmt.Fprintf(&b, "Result: %d pass, %d fail, %d invalid (of %d planned).\n\n| # | case | outcome | control alive | death after signal | journal |\n|---|---|---|---|---|---|\n", r.Summary.Pass, r.Summary.Fail, r.Summary.Invalid, len(r.Planned))
+	fmt.Fprintf(&b, "Result: %d pass, %d fail, %d invalid (of %d planned).\n\n| # | case | outcome | control alive | death after signal | provider requests | journal |\n|---|---|---|---|---|---|---|\n", r.Summary.Pass, r.Summary.Fail, r.Summary.Invalid, len(r.Planned))
 	for i, c := range r.Cases {
-		fmt.Fprintf(&b, "| %d | %s | **%s** | %d ms | %d ms | %s |\n", i+1, c.Name, c.Outcome, c.Observations.ControlAliveMS, c.Observations.DeathAfterMS, c.Observations.Journal)
+		if o := c.Observations; o.Broker != nil {
+			fmt.Fprintf(&b, "| %d | %s | **%s** | - | - | %d | %s (%d) |\n", i+1, c.Name, c.Outcome, o.Broker.ProviderRequests, o.Journal, len(o.Broker.Journals))
+			continue
+		}
+		fmt.Fprintf(&b, "| %d | %s | **%s** | %d ms | %d ms | - | %s |\n", i+1, c.Name, c.Outcome, c.Observations.ControlAliveMS, c.Observations.DeathAfterMS, c.Observations.Journal)
 	}
 	fmt.Fprintf(&b, "\n## Reasons\n\n")
 	for _, c := range r.Cases {
@@ -301,7 +330,7 @@ func renderFaultsMarkdown(r *FaultsReport) []byte {
 			fmt.Fprintf(&b, "- %s: %s\n", c.Name, why)
 		}
 	}
-	fmt.Fprintf(&b, "\n## How outcomes are decided\n\nFrom host-side observations only (cases/NAME/host.json): the workload's host pid and start time sampled before and after the signal to the supervisor, the supervisor's state, and the journal verified natively against its key (an intact prefix) and by moat audit verify (exit 2). moat evidence verify recomputes every outcome from these files.\n\n- moat binary `%s`: sha256 %s at start, %s at end\n- case list sha256 %s\n- suite keyid %s\n", r.Binary.Path, r.Binary.SHA256, r.Binary.SHA256End, r.Fixture.SHA256, r.SuiteKeyID)
+	fmt.Fprintf(&b, "\n## How outcomes are decided\n\nFrom host-side observations only (cases/NAME/host.json). Supervisor cases: the workload's host pid and start time sampled before and after the signal to the supervisor, the supervisor's state, and the journal verified natively against its key (an intact prefix) and by moat audit verify (exit 2). Broker cases (workers, interrupt, approval): the fake provider's own request log with each request's Moat-Pre-Effect line, each sandbox's journal (journal-NAME.jsonl, pubkey-NAME.pem) verified natively and by moat audit verify, the budget ledger as moat left it (ledger.json), the fault hook's marker and the supervisor's state. The journal column of a broker case shows its worst journal and the number of journals. moat evidence verify recomputes every outcome from these files.\n\n- moat binary `%s`: sha256 %s at start, %s at end\n- case list sha256 %s\n- suite keyid %s\n", r.Binary.Path, r.Binary.SHA256, r.Binary.SHA256End, r.Fixture.SHA256, r.SuiteKeyID)
 	return []byte(b.String())
 }
 
@@ -351,7 +380,8 @@ func verifyFaultsBundle(dir string, pins Pins, files map[string]string, res *Ver
 		}
 		rest, ok := strings.CutPrefix(name, CasesDir+"/")
 		cn, fn, _ := strings.Cut(rest, "/")
-		if !ok || !slices.Contains(faultCaseFiles, fn) || !slices.Contains(rep.Planned, cn) {
+		c, known := faultCaseByName(cn)
+		if !ok || !known || !slices.Contains(rep.Planned, cn) || !faultFileOK(c, fn) {
 			bad("%s: not a file that a faults bundle holds", name)
 			continue
 		}
@@ -382,7 +412,7 @@ func verifyFaultsBundle(dir string, pins Pins, files map[string]string, res *Ver
 			bad("case %q is not in the faults list", cr.Name)
 			continue
 		}
-		h, o, err := ObserveFault(filepath.Join(dir, CasesDir, c.Name))
+		o, outcome, reasons, err := observeFaultCase(filepath.Join(dir, CasesDir, c.Name), c)
 		if err != nil {
 			bad("%s: %v", c.Name, err)
 			continue
@@ -390,7 +420,6 @@ func verifyFaultsBundle(dir string, pins Pins, files map[string]string, res *Ver
 		if !reflect.DeepEqual(mustJSON(o), mustJSON(cr.Observations)) {
 			bad("%s: recorded observations differ from the raw files:\n  recorded   %s\n  recomputed %s", c.Name, mustJSON(cr.Observations), mustJSON(o))
 		}
-		outcome, reasons := ScoreFault(c, h, o)
 		if outcome != cr.Outcome {
 			bad("%s: recorded outcome %q, the raw observations give %q (%s)", c.Name, cr.Outcome, outcome, strings.Join(reasons, "; "))
 		}

@@ -48,6 +48,14 @@ func RunFaults(ctx context.Context, o Options) (*FaultsResult, error) {
 		}
 		planned = slices.DeleteFunc(planned, func(n string) bool { return !slices.Contains(o.Cases, n) })
 	}
+	var hooks *FileInfo
+	if o.HooksBinary != "" {
+		hsha, err := FileSHA256(o.HooksBinary)
+		if err != nil {
+			return nil, harnessf("hooks binary: %w", err)
+		}
+		hooks = &FileInfo{Path: o.HooksBinary, SHA256: hsha}
+	}
 	binSHA, err := FileSHA256(o.Binary)
 	if err != nil {
 		return nil, harnessf("moat binary: %w", err)
@@ -80,8 +88,8 @@ func RunFaults(ctx context.Context, o Options) (*FaultsResult, error) {
 	rep := &FaultsReport{Suite: FaultsSuiteName, Version: FaultsReportVersion, Planned: planned,
 		Complete: slices.Equal(planned, FaultCaseNames()), Cases: []FaultCaseReport{},
 		Binary:  BinaryInfo{Path: o.Binary, SHA256: binSHA, ExpectedSHA: strings.ToLower(o.ExpectedBinarySHA256)},
-		Fixture: FileInfo{SHA256: FaultsFixtureSHA256()},
-		Kernel:  kernelRelease(), Arch: runtime.GOARCH, ControllerUID: os.Geteuid(),
+		Fixture: FileInfo{SHA256: FaultsFixtureSHA256()}, HooksBinary: hooks,
+		Kernel: kernelRelease(), Arch: runtime.GOARCH, ControllerUID: os.Geteuid(),
 		Started: time.Now().UTC().Format(time.RFC3339Nano)}
 	for i, name := range planned {
 		c, _ := faultCaseByName(name)
@@ -90,7 +98,12 @@ func RunFaults(ctx context.Context, o Options) (*FaultsResult, error) {
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			return nil, &HarnessError{Err: err}
 		}
-		h := runFaultCase(ctx, o.Binary, filepath.Join(scratch, strconv.Itoa(i)), dir, c)
+		var h any
+		if c.Kind == FaultKindSupervisor {
+			h = runFaultCase(ctx, o.Binary, filepath.Join(scratch, strconv.Itoa(i)), dir, c)
+		} else {
+			h = runBrokerCase(ctx, o, filepath.Join(scratch, strconv.Itoa(i)), dir, c)
+		}
 		hb, err := json.MarshalIndent(h, "", "  ")
 		if err != nil {
 			return nil, &HarnessError{Err: err}
@@ -98,11 +111,10 @@ func RunFaults(ctx context.Context, o Options) (*FaultsResult, error) {
 		if err := os.WriteFile(filepath.Join(dir, FileFaultHost), append(hb, '\n'), 0o644); err != nil {
 			return nil, &HarnessError{Err: err}
 		}
-		h2, obs, err := ObserveFault(dir)
+		obs, outcome, reasons, err := observeFaultCase(dir, c)
 		if err != nil {
 			return nil, harnessf("case %s: %w", name, err)
 		}
-		outcome, reasons := ScoreFault(c, h2, obs)
 		rep.Cases = append(rep.Cases, FaultCaseReport{Name: name, Outcome: outcome, Reasons: reasons, Observations: obs, DurationMS: time.Since(t0).Milliseconds()})
 		fmt.Fprintf(o.Progress, "[%d/%d] %s … %s (%.1f s)\n", i+1, len(planned), name, outcome, time.Since(t0).Seconds())
 		for _, r := range reasons {

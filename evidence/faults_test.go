@@ -59,12 +59,15 @@ func faultsBundle(t *testing.T) (string, *FaultsReport) {
 		Fixture: FileInfo{SHA256: FaultsFixtureSHA256()}, Kernel: "6.1", Arch: "amd64"}
 	for _, c := range FaultCases {
 		cd := filepath.Join(dir, CasesDir, c.Name)
-		writeFaultCase(t, cd, goodFaultHost(c.Signal), false)
-		h, o, err := ObserveFault(cd)
+		if c.Kind == FaultKindSupervisor {
+			writeFaultCase(t, cd, goodFaultHost(c.Signal), false)
+		} else {
+			copyBrokerCase(t, c.Name, cd)
+		}
+		o, out, why, err := observeFaultCase(cd, c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, why := ScoreFault(c, h, o)
 		rep.Cases = append(rep.Cases, FaultCaseReport{Name: c.Name, Outcome: out, Reasons: why, Observations: o})
 	}
 	resignFaults(t, dir, rep)
@@ -89,7 +92,7 @@ func TestFaultsBundleVerifies(t *testing.T) {
 			t.Fatalf("%s: %s %v, want pass", c.Name, c.Outcome, c.Reasons)
 		}
 	}
-	if r := VerifyBundlePinned(dir, Pins{SuiteKeyFingerprint: rep.SuiteKeyID}); r.Verdict != VerdictComplete || !r.Pinned || r.Summary.Pass != 2 {
+	if r := VerifyBundlePinned(dir, Pins{SuiteKeyFingerprint: rep.SuiteKeyID}); r.Verdict != VerdictComplete || !r.Pinned || r.Summary.Pass != len(FaultCases) {
 		t.Fatalf("verify: %+v", r)
 	}
 }

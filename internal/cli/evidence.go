@@ -54,11 +54,15 @@ be told that the case's loopback registry is global; this binary has no
 such setting. Without it that case is invalid.
 
 --suite faults runs the second report instead (moat-faults-evidence, its
-own bundle, never merged into the containment count): the supervisor of a
-moat sandbox is stopped (SIGSTOP) or killed (SIGKILL) after a healthy
-supervisor kept the workload alive past twice process.supervisor_timeout;
-the workload's death is observed from the host by pid and start time, and
-the journal must be an intact prefix. Its cases: ` + joinNames(evidence.FaultCaseNames()) + `.
+own bundle, never merged into the containment count), judged from the
+host: the supervisor of a moat sandbox is stopped (SIGSTOP) or killed
+(SIGKILL) and the workload must die; eight child sandboxes under one
+parent budget fire requests at a local fake provider until refused, which
+must receive exactly the budget; moat is killed at three audit stages of a
+request (the interrupt-* cases, run by the --hooks-binary build, whose
+test-only fault hook stops the broker there; without it they are invalid,
+not run); a request substituted during a pending approval must never reach
+the provider. Its cases: ` + joinNames(evidence.FaultCaseNames()) + `.
 
 Cases: ` + joinNames(evidence.CaseNames()),
 		Example: `  CGO_ENABLED=0 go build -o bin/moat-probe ./cmd/moat-probe && go build -o bin/moat ./cmd/moat
@@ -75,8 +79,8 @@ Cases: ` + joinNames(evidence.CaseNames()),
 			if suite != "containment" && suite != "faults" {
 				return exitf(ExitRefused, "evidence run: --suite %q: want containment or faults", suite)
 			}
-			if suite == "faults" && (o.Backend != "" && o.Backend != "native" || o.HooksBinary != "" || o.Probe != "" || o.ExpectedProbeSHA256 != "") {
-				return exitf(ExitRefused, "evidence run: --suite faults runs moat sandbox on the native backend, without the probe or the hooks binary; drop --backend, --probe, --expected-probe-sha256 and --hooks-binary")
+			if suite == "faults" && (o.Backend != "" && o.Backend != "native" || o.Probe != "" || o.ExpectedProbeSHA256 != "") {
+				return exitf(ExitRefused, "evidence run: --suite faults runs moat sandbox on the native backend, without the probe; drop --backend, --probe and --expected-probe-sha256")
 			}
 			if o.Binary == "" {
 				// The backends of this binary are the ones the suite runs.
@@ -163,7 +167,7 @@ Cases: ` + joinNames(evidence.CaseNames()),
 	f.StringVar(&o.ExpectedProbeSHA256, "expected-probe-sha256", "", "refuse to start unless the probe has this sha256")
 	f.StringVar(&o.Binary, "binary", "", "the moat binary to test (default: this one)")
 	f.StringVar(&o.ExpectedBinarySHA256, "expected-binary-sha256", "", "refuse to start unless the binary has this sha256")
-	f.StringVar(&o.HooksBinary, "hooks-binary", "", "moat built with -tags moat_test_hooks, which runs the egress case alone (default: $MOAT_HOOKS_BIN; without it that case is invalid)")
+	f.StringVar(&o.HooksBinary, "hooks-binary", "", "moat built with -tags moat_test_hooks, which runs the egress case and the faults suite's interrupt-* cases (default: $MOAT_HOOKS_BIN; without it those cases are invalid)")
 	f.StringVar(&o.SourceCommit, "source-commit", "", "the source commit the binary is declared to come from (recorded; compared with the embedded one)")
 	output = addOutput(cmd)
 	return cmd

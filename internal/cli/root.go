@@ -110,6 +110,10 @@ func addLogLevelFlag(cmd *cobra.Command) {
 // Main runs moat with args (without the program name) and returns the exit code.
 func Main(args []string) int {
 	registerBackends()
+	if err := checkTestHooks(); err != nil {
+		fmt.Fprintf(os.Stderr, "moat: %v\n", err)
+		return ExitRefused
+	}
 	if code, ok := reexec.Dispatch(args, hidden); ok {
 		return code
 	}
