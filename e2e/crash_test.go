@@ -254,7 +254,12 @@ type crashConfig struct {
 	// and whose providers point at tr.Provider.
 	Args func(tr *crashTrial) []string
 	Env  []string // added to moat's environment
-	Kill crashChooser
+	// TrialEnv, when set, adds to one trial's environment (tr.I is -1 for
+	// the control run), after Env.
+	TrialEnv func(tr *crashTrial) []string
+	// Binary, when set, is the moat binary the trials run (else moatBin).
+	Binary string
+	Kill   crashChooser
 	// Workspace is the trial's read-write grant, checked for leftovers
 	// after the kill (nil: none checked). Sharing one between trials also
 	// checks that a kill never leaves it unusable.
@@ -433,6 +438,12 @@ func runCrashTrial(t *testing.T, e *env, cfg crashConfig, tr *crashTrial) {
 	args := cfg.Args(tr)
 	tr.Cmd = e.command(args...)
 	tr.Cmd.Env = append(tr.Cmd.Env, cfg.Env...)
+	if cfg.TrialEnv != nil {
+		tr.Cmd.Env = append(tr.Cmd.Env, cfg.TrialEnv(tr)...)
+	}
+	if cfg.Binary != "" {
+		tr.Cmd.Path, tr.Cmd.Args[0] = cfg.Binary, cfg.Binary
+	}
 	// Files, not pipes: a pipe would keep Wait waiting for whatever moat
 	// left holding it.
 	so, err := os.Create(filepath.Join(tr.Dir, "stdout"))
