@@ -64,13 +64,14 @@ var (
 		// The one exception is the test-only lying backend (build tag
 		// moat_lying_backend), which is native with its Start replaced
 		// by an unconfined one, so it wraps native by design.
-		"boundary/native": {"boundary/gvisor", "boundary/lying"},
-		"boundary/gvisor": {"boundary/native", "boundary/lying"},
-		"boundary/lying":  {"boundary/gvisor"},
+		"boundary/native":     {"boundary/gvisor", "boundary/lying", "boundary/kubernetes"},
+		"boundary/gvisor":     {"boundary/native", "boundary/lying", "boundary/kubernetes"},
+		"boundary/lying":      {"boundary/gvisor", "boundary/kubernetes"},
+		"boundary/kubernetes": {"boundary/native", "boundary/gvisor", "boundary/lying"},
 		// The contract knows no backend and no measurement.
-		"boundary": {"boundary/native", "boundary/gvisor", "boundary/lying", "boundary/measure"},
+		"boundary": {"boundary/native", "boundary/gvisor", "boundary/lying", "boundary/kubernetes", "boundary/measure"},
 		// The broker decides on requests; it never builds sandboxes.
-		"broker": {"boundary/native", "boundary/gvisor", "boundary/lying", "sandbox", "internal/cli"},
+		"broker": {"boundary/native", "boundary/gvisor", "boundary/lying", "boundary/kubernetes", "sandbox", "internal/cli"},
 	}
 	// contract is every module package that the backend contract
 	// (boundary) imports directly, each with the reason it may. An import
@@ -86,7 +87,7 @@ var (
 	// Packages below the lifecycle: no backend, no measurement, no
 	// contract package depends on the journal writer, the broker, the
 	// lifecycle, the suites or the CLI.
-	belowLifecycle = []string{"boundary", "boundary/native", "boundary/gvisor", "boundary/lying", "boundary/measure", "boundary/attrib", "boundary/seccomp"}
+	belowLifecycle = []string{"boundary", "boundary/native", "boundary/gvisor", "boundary/kubernetes", "boundary/lying", "boundary/measure", "boundary/attrib", "boundary/seccomp"}
 	aboveBoundary  = []string{"audit", "broker", "sandbox", "evidence", "conformance", "internal/cli"}
 )
 

@@ -1,0 +1,70 @@
+// Package kubernetes is a moat backend that runs the sandbox as a Pod of a
+// Kubernetes cluster, under the operator's RuntimeClass (gVisor's runsc by
+// default), with moat's supervisor, broker, journal and signing key on the
+// host outside the Pod.
+//
+// Layout of a sandbox:
+//
+//	supervisor (moat, on a host the Pods reach)
+//	    broker listener on BROKER_IP:PORT (kubernetes.broker_address, else
+//	    the single node's InternalIP); it admits only the Pod's IP
+//	NetworkPolicy moat-<run>: selects the Pod; no ingress; egress only to
+//	    BROKER_IP/32 TCP PORT
+//	Pod moat-<run>: runtimeClassName, runAsNonRoot (process.uid/gid),
+//	    allowPrivilegeEscalation false, capabilities drop ALL,
+//	    readOnlyRootFilesystem, seccomp RuntimeDefault, no service-account
+//	    token, no host network/PID/IPC, no service links; a private /tmp
+//	    (emptyDir in memory) and the grants as volumes
+//	    └─ moat __moat-k8s-pause            (the container's process)
+//	    └─ exec: moat __moat-k8s-stage CFG  (measurement, workload, exec):
+//	       environment and working directory from CFG, moat's seccomp
+//	       filter, then the command
+//
+// # Egress interception on Kubernetes
+//
+// On the native and gVisor backends the sandbox's network namespace holds
+// nothing but loopback and the broker's listener. A Pod has an interface
+// and routes of its own, so here egress is confined by three things
+// together: the Pod's network namespace, a NetworkPolicy that the
+// cluster's network plugin enforces (no ingress; egress to the broker's
+// address and port only), and the broker outside the Pod (a broker inside
+// would share the workload's network). The broker's listener is on a host
+// address, so anyone who reaches that address could connect: it admits
+// only connections whose source is the Pod's current IP (followed with a
+// watch, so a replaced Pod's new IP is the one admitted, and nobody once
+// the Pod is gone); any other is closed unread and journaled.
+//
+// None of that is taken on trust. The measurement runs inside the Pod
+// (moat's own binary in the image, behind the same stage as the
+// workload) and, since the broker is off the sandbox's network
+// (boundary.ListenerInfo.Host), tries destinations that only the
+// NetworkPolicy blocks: receivers that moat opens on the broker's host
+// address for the measurement (TCP and UDP), the broker's neighbouring
+// ports, common service ports and the kubelet's 10250 on that address.
+// A cluster whose network plugin does not enforce NetworkPolicy fails
+// egress_interception, and the sandbox never reaches Ready. The
+// NetworkPolicy's name, uid and allowed-egress rule count are recorded in
+// the mechanism string (the journal's confirmation) as evidence only.
+//
+// # What this backend cannot do, and says so
+//
+//   - Request attribution: the broker sees the Pod's IP, never a process;
+//     attribution is declared unavailable (endpoint-only), and a policy
+//     with require_attribution: true refuses to start on it.
+//   - Host pids: the Pod's processes are not processes of this host that
+//     moat can name; HostPID is 0.
+//   - Limits: memory and CPU are set as the container's resources.limits
+//     (kubernetes.resources, memory defaulting to process.limits.memory),
+//     but moat does not measure them; Limits reports them as not enforced.
+//   - Tool servers, egress hosts, services, package registries and
+//     volumes: their variables and listeners assume the sandbox's own
+//     loopback; a policy with any of them is refused.
+//   - Grants: by default a read_write grant is an emptyDir at its path (the
+//     Pod's own content, not the host's) and read_only grants are served
+//     by the image's read-only root. With host_path_grants each grant is a
+//     hostPath volume, accepted only when no directory that the kubelet
+//     follows to it can be replaced by the workload's uid (kubelet
+//     resolves hostPath on the node, following symlinks).
+//   - Signals: the exec API has none; a signal is delivered by a second
+//     exec of moat in the Pod, to the pid the stage recorded.
+package kubernetes

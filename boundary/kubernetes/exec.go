@@ -1,0 +1,177 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/go-json-experiment/json"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/client-go/util/exec"
+
+	"github.com/moat-sandbox/moat/boundary"
+)
+
+// stageConfig is what the stage inside the Pod is given, as its one
+// argument: the Kubernetes exec API carries a command and nothing else,
+// so the environment and working directory travel here.
+type stageConfig struct {
+	ID   string   `json:"id"`
+	Argv []string `json:"argv"`
+	Env  []string `json:"env"`
+	Dir  string   `json:"dir"`
+}
+
+// maxStageConfigBytes bounds the stage's argument (one argv element).
+const maxStageConfigBytes = 96 << 10
+
+// signalTimeout bounds the exec that delivers a signal.
+const signalTimeout = 15 * time.Second
+
+func (s *sandbox) Start(ctx context.Context, p boundary.Process) (boundary.Running, error) {
+	if len(p.Argv) == 0 {
+		return nil, errors.New("empty command")
+	}
+	return s.start(ctx, p.Argv, p)
+}
+
+// StartHelper runs moat's own binary in the image behind the same stage
+// (and so the same seccomp filter) as every workload process.
+func (s *sandbox) StartHelper(ctx context.Context, args []string, p boundary.Process) (boundary.Running, error) {
+	p.Dir = "/"
+	return s.start(ctx, append([]string{MoatInImage}, args...), p)
+}
+
+func (s *sandbox) start(ctx context.Context, argv []string, p boundary.Process) (boundary.Running, error) {
+	select {
+	case <-s.gone:
+		return nil, fmt.Errorf("the sandbox's Pod is gone: %s", s.GoneReason())
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.nextID++
+	id := "p" + strconv.Itoa(s.nextID)
+	s.mu.Unlock()
+	dir := p.Dir
+	if dir == "" {
+		dir = "/"
+	}
+	env := p.Env
+	if env == nil {
+		env = []string{}
+	}
+	b, err := json.Marshal(stageConfig{ID: id, Argv: argv, Env: env, Dir: dir})
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxStageConfigBytes {
+		return nil, &boundary.StartError{Code: boundary.ExitRefused, Msg: fmt.Sprintf("command and environment take %d bytes, at most %d on the kubernetes backend", len(b), maxStageConfigBytes)}
+	}
+	opts := remotecommand.StreamOptions{Stdin: p.Stdin, Stdout: p.Stdout, Stderr: p.Stderr}
+	if p.TTY != nil {
+		if err := makeRaw(p.TTY); err != nil {
+			return nil, fmt.Errorf("terminal: %w", err)
+		}
+		opts = remotecommand.StreamOptions{Stdin: p.TTY, Stdout: p.TTY, Tty: true, TerminalSizeQueue: newSizeQueue(p.TTY)}
+	}
+	exe, err := s.executor([]string{MoatInImage, StageHelper, string(b)}, opts.Stdin != nil, opts.Stdout != nil, opts.Stderr != nil, opts.Tty)
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	pr := &proc{s: s, id: id, done: make(chan struct{}), cancel: cancel}
+	go func() {
+		defer close(pr.done)
+		defer cancel()
+		err := exe.StreamWithContext(sctx, opts)
+		var ce utilexec.CodeExitError
+		switch {
+		case err == nil:
+			pr.code = 0
+		case errors.As(err, &ce):
+			pr.code = ce.ExitStatus()
+		default:
+			pr.code, pr.err = boundary.ExitRefused, fmt.Errorf("kubernetes exec: %w", err)
+			select {
+			case <-s.gone:
+				pr.err = fmt.Errorf("the sandbox's Pod is gone (%s): %w", s.GoneReason(), err)
+			default:
+			}
+		}
+		if opts.Tty {
+			if sq, ok := opts.TerminalSizeQueue.(*sizeQueue); ok {
+				sq.stop()
+			}
+		}
+	}()
+	return pr, nil
+}
+
+// executor makes the exec request for command in the Pod's container.
+func (s *sandbox) executor(command []string, stdin, stdout, stderr, tty bool) (remotecommand.Executor, error) {
+	if s.cfg == nil {
+		return nil, errors.New("kubernetes: no client configuration for exec")
+	}
+	req := s.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(s.ns).Name(s.name).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: containerName, Command: command, Stdin: stdin, Stdout: stdout, Stderr: stderr && !tty, TTY: tty}, scheme.ParameterCodec)
+	return remotecommand.NewSPDYExecutor(s.cfg, "POST", req.URL())
+}
+
+// proc is one exec in the Pod.
+type proc struct {
+	s      *sandbox
+	id     string
+	done   chan struct{}
+	code   int
+	err    error
+	cancel context.CancelFunc
+}
+
+// HostPID is 0: the process runs in the Pod, not as a process of this
+// host that moat can name.
+func (p *proc) HostPID() int { return 0 }
+
+func (p *proc) Wait() (int, error) {
+	<-p.done
+	return p.code, p.err
+}
+
+// Signal delivers sig to the process through a second exec (the API has
+// no signal of its own); SIGKILL also drops the stream.
+func (p *proc) Signal(sig os.Signal) error {
+	n, ok := sig.(syscall.Signal)
+	if !ok {
+		return fmt.Errorf("unsupported signal %v", sig)
+	}
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	exe, err := p.s.executor([]string{MoatInImage, SignalHelper, p.id, strconv.Itoa(int(n))}, false, false, true, false)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), signalTimeout)
+		err = exe.StreamWithContext(ctx, remotecommand.StreamOptions{Stderr: io.Discard})
+		cancel()
+	}
+	if n == syscall.SIGKILL {
+		// Whatever became of the signal, moat stops waiting for the
+		// stream: Terminate's Pod deletion ends the process for sure.
+		select {
+		case <-p.done:
+		case <-time.After(signalTimeout):
+			p.cancel()
+		}
+	}
+	return err
+}

@@ -1,0 +1,475 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/internal/reexec"
+	"github.com/moat-sandbox/moat/policy"
+)
+
+// Hidden helpers of the moat binary that run inside the Pod
+// (internal/cli/hidden.go lists them).
+const (
+	PauseHelper  = reexec.Prefix + "k8s-pause"  // the container's main process
+	StageHelper  = reexec.Prefix + "k8s-stage"  // in front of every exec: env, dir, seccomp, then the command
+	SignalHelper = reexec.Prefix + "k8s-signal" // delivers a signal to a process a stage started
+)
+
+// New returns the kubernetes backend; internal/cli/hidden.go registers it.
+func New() boundary.Backend { return &backend{} }
+
+type backend struct {
+	// clients, when set (tests), replaces the clientset built from the
+	// policy.
+	clients func(*policy.Kubernetes) (kubernetes.Interface, *rest.Config, error)
+}
+
+func (*backend) Name() string { return "kubernetes" }
+
+// readyTimeout bounds how long Prepare waits for the Pod to run.
+const readyTimeout = 3 * time.Minute
+
+// attributionUnavailable is the backend's declaration: the broker sees
+// the Pod's address, never a process.
+const attributionUnavailable = "Kubernetes Pod with the broker off the Pod: a broker connection shows only the Pod's IP address, so the process inside cannot be identified"
+
+// restConfig loads the cluster's client configuration from the policy:
+// in_cluster, else kubeconfig, else $KUBECONFIG or ~/.kube/config.
+func restConfig(k *policy.Kubernetes) (*rest.Config, error) {
+	if k.InCluster {
+		return rest.InClusterConfig()
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if k.Kubeconfig != "" {
+		rules.ExplicitPath = k.Kubeconfig
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: no cluster configuration (kubernetes.kubeconfig, in_cluster, $KUBECONFIG or ~/.kube/config): %w", err)
+	}
+	return cfg, nil
+}
+
+func defaultClients(k *policy.Kubernetes) (kubernetes.Interface, *rest.Config, error) {
+	cfg, err := restConfig(k)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.Timeout = 30 * time.Second
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cs, cfg, nil
+}
+
+// Prepare opens the broker's listener on the host address the Pod
+// reaches, creates the NetworkPolicy that allows the Pod nothing but
+// that listener, then the Pod, and returns once the Pod runs (nothing
+// but moat's pause runs in it until Start).
+func (b *backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.Sandbox, error) {
+	pol := spec.Policy
+	k := pol.Kubernetes
+	if k.Image == "" {
+		return nil, errors.New("the kubernetes backend needs kubernetes.image in the policy (an image that holds moat's binary at " + MoatInImage + ")")
+	}
+	if msg := refuseUnsupported(pol); msg != "" {
+		return nil, errors.New(msg)
+	}
+	if pol.Process.UID <= 0 || pol.Process.GID <= 0 {
+		return nil, fmt.Errorf("BUG: policy ids %d:%d reached the kubernetes backend", pol.Process.UID, pol.Process.GID)
+	}
+	clients := b.clients
+	if clients == nil {
+		clients = defaultClients
+	}
+	cs, cfg, err := clients(&k)
+	if err != nil {
+		return nil, err
+	}
+	name := objectName(spec.RunID)
+	s := &sandbox{pol: pol, cs: cs, cfg: cfg, ns: k.Namespace, name: name, gone: make(chan struct{}), stopWatch: make(chan struct{})}
+	host, err := s.brokerAddress(ctx, k.BrokerAddress)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: host.AsSlice(), Port: 0})
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: the broker cannot listen on %s (it must be an address of this host that the Pod reaches; set kubernetes.broker_address): %w", host, err)
+	}
+	s.host, s.port = host, ln.Addr().(*net.TCPAddr).Port
+	if s.listener, err = ln.File(); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	ln.Close() // the file is a dup
+	np, err := cs.NetworkingV1().NetworkPolicies(s.ns).Create(ctx, buildNetworkPolicy(s.ns, name, host, s.port), metav1.CreateOptions{})
+	if err != nil {
+		s.Terminate()
+		return nil, fmt.Errorf("kubernetes: creating the NetworkPolicy %s/%s: %w", s.ns, name, err)
+	}
+	s.npMade = true
+	s.evidence = fmt.Sprintf("networkpolicy %s/%s uid=%s egress-rules=%d", s.ns, name, np.UID, len(np.Spec.Egress))
+	pod, err := buildPod(pol, podSpec{Name: name, UID: int64(pol.Process.UID), GID: int64(pol.Process.GID)})
+	if err != nil {
+		s.Terminate()
+		return nil, err
+	}
+	if _, err := cs.CoreV1().Pods(s.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		s.Terminate()
+		return nil, fmt.Errorf("kubernetes: creating the Pod %s/%s: %w", s.ns, name, err)
+	}
+	s.podMade = true
+	if err := s.waitRunning(ctx); err != nil {
+		s.Terminate()
+		return nil, err
+	}
+	go s.watch()
+	return s, nil
+}
+
+// brokerAddress is the policy's broker_address, else the InternalIP of
+// the cluster's only node.
+func (s *sandbox) brokerAddress(ctx context.Context, configured string) (netip.Addr, error) {
+	if configured != "" {
+		return netip.ParseAddr(configured) // the policy checked it
+	}
+	nodes, err := s.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("kubernetes: listing nodes to find the broker's address: %w (set kubernetes.broker_address)", err)
+	}
+	if len(nodes.Items) != 1 {
+		return netip.Addr{}, fmt.Errorf("kubernetes: the cluster has %d nodes; set kubernetes.broker_address to this host's address that the Pods reach (and node_selector to keep the Pod where it does)", len(nodes.Items))
+	}
+	for _, a := range nodes.Items[0].Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			if ip, err := netip.ParseAddr(a.Address); err == nil {
+				return ip.Unmap(), nil
+			}
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("kubernetes: node %s has no InternalIP; set kubernetes.broker_address", nodes.Items[0].Name)
+}
+
+type sandbox struct {
+	pol  *policy.Policy
+	cs   kubernetes.Interface
+	cfg  *rest.Config
+	ns   string
+	name string
+
+	host     netip.Addr
+	port     int
+	listener *os.File
+	evidence string // the NetworkPolicy as created: recorded, never authorizes
+
+	npMade, podMade bool
+
+	mu       sync.Mutex
+	podIP    netip.Addr // the Pod's current IP; invalid once it is gone
+	goneWhy  string     // why the Pod ended, when it did from outside
+	gone     chan struct{}
+	goneOnce sync.Once
+
+	nextID    int
+	stopWatch chan struct{}
+	termOnce  sync.Once
+}
+
+// waitRunning waits until the Pod runs and has an IP.
+func (s *sandbox) waitRunning(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	for {
+		pod, err := s.cs.CoreV1().Pods(s.ns).Get(ctx, s.name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("kubernetes: Pod %s/%s: %w", s.ns, s.name, err)
+		}
+		switch pod.Status.Phase {
+		case corev1.PodRunning:
+			if ip, err := netip.ParseAddr(pod.Status.PodIP); err == nil && ready(pod) {
+				s.mu.Lock()
+				s.podIP = ip.Unmap()
+				s.mu.Unlock()
+				return nil
+			}
+		case corev1.PodFailed, corev1.PodSucceeded:
+			return fmt.Errorf("kubernetes: Pod %s/%s ended before it ran: %s", s.ns, s.name, podReason(pod))
+		}
+		if msg := waitingProblem(pod); msg != "" {
+			return fmt.Errorf("kubernetes: Pod %s/%s cannot start: %s", s.ns, s.name, msg)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kubernetes: Pod %s/%s not running after %s (phase %s: %s)", s.ns, s.name, readyTimeout, pod.Status.Phase, podReason(pod))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func ready(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.ContainerStatuses {
+		if c.Name == containerName {
+			return c.State.Running != nil
+		}
+	}
+	return false
+}
+
+// waitingProblem names a container state that will not resolve by
+// waiting (a missing image, a bad runtime class), or "".
+func waitingProblem(pod *corev1.Pod) string {
+	for _, c := range pod.Status.ContainerStatuses {
+		if w := c.State.Waiting; w != nil {
+			switch w.Reason {
+			case "ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
+				return w.Reason + ": " + w.Message
+			}
+		}
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return "unschedulable: " + c.Message
+		}
+	}
+	return ""
+}
+
+func podReason(pod *corev1.Pod) string {
+	r := pod.Status.Reason
+	if pod.Status.Message != "" {
+		r += " " + pod.Status.Message
+	}
+	for _, c := range pod.Status.ContainerStatuses {
+		if t := c.State.Terminated; t != nil {
+			r += fmt.Sprintf(" container %s terminated: %s (exit %d) %s", c.Name, t.Reason, t.ExitCode, t.Message)
+		}
+		if w := c.State.Waiting; w != nil {
+			r += fmt.Sprintf(" container %s waiting: %s %s", c.Name, w.Reason, w.Message)
+		}
+	}
+	if r == "" {
+		return "no reason given"
+	}
+	return r
+}
+
+// watch follows the Pod until Terminate: its IP (re-read when it
+// changes) and its end, from outside (deleted, evicted, failed).
+func (s *sandbox) watch() {
+	for {
+		select {
+		case <-s.stopWatch:
+			return
+		default:
+		}
+		w, err := s.cs.CoreV1().Pods(s.ns).Watch(context.Background(), metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", s.name).String()})
+		if err != nil {
+			select {
+			case <-s.stopWatch:
+				return
+			case <-time.After(time.Second):
+				continue
+			}
+		}
+		if s.follow(w) {
+			return
+		}
+	}
+}
+
+// follow reads one watch; true when the Pod is gone or Terminate ran.
+func (s *sandbox) follow(w watch.Interface) bool {
+	defer w.Stop()
+	for {
+		select {
+		case <-s.stopWatch:
+			return true
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return false
+			}
+			pod, isPod := ev.Object.(*corev1.Pod)
+			if isPod && pod.Name != s.name {
+				continue
+			}
+			switch {
+			case ev.Type == watch.Deleted && isPod:
+				s.ended("the Pod was deleted from outside moat")
+				return true
+			case !isPod:
+				continue
+			case pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded:
+				why := "the Pod ended: " + podReason(pod)
+				if pod.Status.Reason == "Evicted" {
+					why = "the Pod was evicted: " + podReason(pod)
+				}
+				s.ended(why)
+				return true
+			case pod.DeletionTimestamp != nil:
+				s.ended("the Pod is being deleted from outside moat")
+				return true
+			default:
+				ip, err := netip.ParseAddr(pod.Status.PodIP)
+				s.mu.Lock()
+				if err == nil {
+					s.podIP = ip.Unmap()
+				} else {
+					s.podIP = netip.Addr{}
+				}
+				s.mu.Unlock()
+			}
+		}
+	}
+}
+
+// ended records that the Pod is gone: the broker admits nobody after.
+func (s *sandbox) ended(why string) {
+	s.mu.Lock()
+	s.podIP = netip.Addr{}
+	if s.goneWhy == "" {
+		s.goneWhy = why
+	}
+	s.mu.Unlock()
+	s.goneOnce.Do(func() { close(s.gone) })
+}
+
+// Gone is closed when the Pod ended from outside moat (deleted, evicted,
+// failed); GoneReason says how.
+func (s *sandbox) Gone() <-chan struct{} { return s.gone }
+
+// GoneReason says how the Pod ended, or "".
+func (s *sandbox) GoneReason() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.goneWhy
+}
+
+// admit accepts a broker connection only from the Pod's current IP.
+func (s *sandbox) admit(remote net.Addr) error {
+	ta, ok := remote.(*net.TCPAddr)
+	if !ok {
+		return fmt.Errorf("not a TCP connection (%s)", remote)
+	}
+	ip, _ := netip.AddrFromSlice(ta.IP)
+	ip = ip.Unmap()
+	s.mu.Lock()
+	cur, why := s.podIP, s.goneWhy
+	s.mu.Unlock()
+	switch {
+	case !cur.IsValid() && why != "":
+		return fmt.Errorf("the sandbox's Pod is gone (%s)", why)
+	case !cur.IsValid():
+		return errors.New("the sandbox's Pod has no IP")
+	case ip != cur:
+		return fmt.Errorf("source %s is not the sandbox Pod's IP %s", ip, cur)
+	}
+	return nil
+}
+
+func (s *sandbox) Listener() (boundary.ListenerInfo, error) {
+	if s.listener == nil {
+		return boundary.ListenerInfo{}, errors.New("no listener")
+	}
+	f, err := dupFile(s.listener, "broker-listener")
+	if err != nil {
+		return boundary.ListenerInfo{}, err
+	}
+	return boundary.ListenerInfo{File: f, Port: s.port, Host: s.host.String(), Admit: s.admit}, nil
+}
+
+func (s *sandbox) Attributor() boundary.Attributor { return endpointOnly{} }
+
+type endpointOnly struct{}
+
+func (endpointOnly) Attribute(net.Conn) boundary.Attribution {
+	return boundary.Attribution{Status: boundary.AttributionUnavailable, Reason: attributionUnavailable}
+}
+
+// Mechanisms names what enforces each property; the NetworkPolicy's
+// identity and rule count ride along as evidence for the journal. None of
+// it authorizes anything: the measurement decides.
+func (s *sandbox) Mechanisms() boundary.Mechanisms {
+	return boundary.Mechanisms{
+		FilesystemConfinement:  "pod-mountns+readonly-rootfs+" + s.pol.Kubernetes.RuntimeClassName,
+		EgressInterception:     "pod-netns+networkpolicy+broker-off-pod (" + s.evidence + ")",
+		RequestAttribution:     "endpoint-only",
+		PrivilegeFloor:         "runasnonroot+capdrop-all+nnp+seccomp-runtimedefault+moat-seccomp+" + s.pol.Kubernetes.RuntimeClassName,
+		AttributionUnavailable: attributionUnavailable,
+	}
+}
+
+// HostPID is 0: the Pod's processes are not processes of this host that
+// moat can name (the node may be another machine).
+func (s *sandbox) HostPID() int { return 0 }
+
+func (s *sandbox) Limits() boundary.LimitsStatus {
+	return boundary.LimitsStatus{DiskDetail: boundary.DiskUnlimited,
+		Detail: "the container's resources.limits are set from the policy, but moat does not measure what the node enforces"}
+}
+
+// Terminate deletes the Pod (and waits, bounded, until it is gone), then
+// the NetworkPolicy, and closes the listener. Idempotent.
+func (s *sandbox) Terminate() error {
+	var errs []error
+	s.termOnce.Do(func() {
+		close(s.stopWatch)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		zero := int64(0)
+		if s.podMade {
+			err := s.cs.CoreV1().Pods(s.ns).Delete(ctx, s.name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+			if err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("deleting Pod %s/%s: %w", s.ns, s.name, err))
+			} else {
+				s.waitGone(ctx)
+			}
+		}
+		if s.npMade {
+			err := s.cs.NetworkingV1().NetworkPolicies(s.ns).Delete(ctx, s.name, metav1.DeleteOptions{})
+			if err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("deleting NetworkPolicy %s/%s: %w", s.ns, s.name, err))
+			}
+		}
+		if s.listener != nil {
+			s.listener.Close()
+		}
+		s.mu.Lock()
+		s.podIP = netip.Addr{}
+		s.mu.Unlock()
+	})
+	return errors.Join(errs...)
+}
+
+// waitGone waits until the Pod no longer exists (its NetworkPolicy must
+// outlive it).
+func (s *sandbox) waitGone(ctx context.Context) {
+	for {
+		_, err := s.cs.CoreV1().Pods(s.ns).Get(ctx, s.name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
