@@ -6,9 +6,9 @@ import (
 
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/boundary/gvisor"
+	"github.com/moat-sandbox/moat/boundary/kubernetes"
 	"github.com/moat-sandbox/moat/boundary/measure"
 	"github.com/moat-sandbox/moat/boundary/native"
-	"github.com/moat-sandbox/moat/broker"
 	"github.com/moat-sandbox/moat/conformance"
 	"github.com/moat-sandbox/moat/evidence"
 	"github.com/moat-sandbox/moat/evidence/probe"
@@ -40,6 +40,11 @@ var hidden = []reexec.Helper{
 	{Name: gvisor.PauseHelper, Main: gvisor.PauseMain}, // the container's init inside the sentry
 	{Name: gvisor.StageHelper, Main: gvisor.StageMain}, // moat's seccomp filter in front of each runsc exec
 
+	// The kubernetes backend, inside the sandbox's Pod (moat's binary in the image).
+	{Name: kubernetes.PauseHelper, Main: kubernetes.PauseMain},   // the container's main process
+	{Name: kubernetes.StageHelper, Main: kubernetes.StageMain},   // env, dir and moat's seccomp filter in front of each exec
+	{Name: kubernetes.SignalHelper, Main: kubernetes.SignalMain}, // a signal to a process a stage started
+
 	// The measurement, inside every sandbox before the workload starts.
 	{Name: measure.Helper, Main: measure.Main},
 
@@ -47,8 +52,6 @@ var hidden = []reexec.Helper{
 	{Name: evidence.DemoAgentHelper, Main: demoAgentMain},
 	// moat demo and moat evidence run: the example MCP tool server (examples/mcp-calc).
 	{Name: mcpcalc.Helper, Main: mcpcalc.HelperMain},
-	// moat evidence run --suite faults: the model requests of the broker cases, inside their sandboxes.
-	{Name: evidence.FaultsWorkerHelper, Main: evidence.FaultsWorkerMain},
 
 	// moat conformance: the suite's probe and the test host's receiver.
 	{Name: conformance.ProbeHelper, Main: conformance.ProbeMain},
@@ -61,29 +64,10 @@ var hidden = []reexec.Helper{
 
 func demoAgentMain(args []string) int { return probe.Main(args, os.Stdout) }
 
-// testHooks are the environment-gated hooks that only a binary built with
-// the moat_test_hooks tag obeys (tests only, like the lying backend). Each
-// checks its variables: a binary without the hook refuses to run when they
-// are set, so that a test never believes it drove a hook that is not
-// there. Main runs every check before anything else (exit 125).
-var testHooks = []func() error{
-	broker.CheckFaultHooks, // MOAT_FAULT_STAGE, MOAT_FAULT_MARKER, MOAT_FAULT_SKIP: stop the broker at an audit stage (the faults suite's interruption cases)
-}
-
-// checkTestHooks runs testHooks' checks.
-func checkTestHooks() error {
-	for _, check := range testHooks {
-		if err := check(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // backends is every sandbox backend of this binary. testBackends is empty
 // except in builds tagged moat_lying_backend (lying.go).
 func backends() []boundary.Backend {
-	return append([]boundary.Backend{native.New(), gvisor.New()}, testBackends()...)
+	return append([]boundary.Backend{native.New(), gvisor.New(), kubernetes.New()}, testBackends()...)
 }
 
 var registerOnce sync.Once
