@@ -9,6 +9,7 @@ import (
 	"github.com/moat-sandbox/moat/boundary/kubernetes"
 	"github.com/moat-sandbox/moat/boundary/measure"
 	"github.com/moat-sandbox/moat/boundary/native"
+	"github.com/moat-sandbox/moat/broker"
 	"github.com/moat-sandbox/moat/conformance"
 	"github.com/moat-sandbox/moat/evidence"
 	"github.com/moat-sandbox/moat/evidence/probe"
@@ -52,6 +53,8 @@ var hidden = []reexec.Helper{
 	{Name: evidence.DemoAgentHelper, Main: demoAgentMain},
 	// moat demo and moat evidence run: the example MCP tool server (examples/mcp-calc).
 	{Name: mcpcalc.Helper, Main: mcpcalc.HelperMain},
+	// moat evidence run --suite faults: the model requests of the broker cases, inside their sandboxes.
+	{Name: evidence.FaultsWorkerHelper, Main: evidence.FaultsWorkerMain},
 
 	// moat conformance: the suite's probe and the test host's receiver.
 	{Name: conformance.ProbeHelper, Main: conformance.ProbeMain},
@@ -63,6 +66,25 @@ var hidden = []reexec.Helper{
 }
 
 func demoAgentMain(args []string) int { return probe.Main(args, os.Stdout) }
+
+// testHooks are the environment-gated hooks that only a binary built with
+// the moat_test_hooks tag obeys (tests only, like the lying backend). Each
+// checks its variables: a binary without the hook refuses to run when they
+// are set, so that a test never believes it drove a hook that is not
+// there. Main runs every check before anything else (exit 125).
+var testHooks = []func() error{
+	broker.CheckFaultHooks, // MOAT_FAULT_STAGE, MOAT_FAULT_MARKER, MOAT_FAULT_SKIP: stop the broker at an audit stage (the faults suite's interruption cases)
+}
+
+// checkTestHooks runs testHooks' checks.
+func checkTestHooks() error {
+	for _, check := range testHooks {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // backends is every sandbox backend of this binary. testBackends is empty
 // except in builds tagged moat_lying_backend (lying.go).
