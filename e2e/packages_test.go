@@ -47,10 +47,13 @@ try /tmp/l latest npm install demo-pkg
 echo '{"name":"pub-pkg","version":"1.0.0"}' > /tmp/p/package.json
 echo "${npm_config_registry#http:}:_authToken=e2e-token" > /tmp/p/.npmrc
 try /tmp/p publish npm publish
+cp -r "$WS/app" /tmp/orig
 # The workload rewrites its lockfile to pin a package of its choice.
 cp "$WS/evil/package-lock.json" "$WS/app/package-lock.json.new" && mv -f "$WS/app/package-lock.json.new" "$WS/app/package-lock.json"
 cp "$WS/evil/package.json" "$WS/app/package.json.new" && mv -f "$WS/app/package.json.new" "$WS/app/package.json"
 rm -rf /tmp/e; cp -r "$WS/app" /tmp/e; try /tmp/e edited npm ci
+# Positive control: what the lockfile pinned at start is still served.
+try /tmp/orig after npm ci
 cat /tmp/ci.log /tmp/latest.log >&2
 `
 
@@ -185,6 +188,7 @@ func TestPackagesNPM(t *testing.T) {
 	for _, want := range []string{
 		"ci installed module.exports = 'pinned';\n", "latest installed module.exports = 'pinned';\n",
 		"tampered refused\n", "typosquat refused\n", "newer refused\n", "publish refused\n", "edited refused\n",
+		"after installed module.exports = 'pinned';\n",
 	} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("missing %q in the workload's output", want)
@@ -209,10 +213,18 @@ func TestPackagesNPM(t *testing.T) {
 	digest, lockRead := 0, 0
 	for _, p := range journalPayloads(t, filepath.Join(dir, "journal.jsonl")) {
 		switch p["type"] {
-		case "package.lockfile":
-			if (p["path"] == appLock && p["sha256"] == appSum || p["path"] == badLock && p["sha256"] == badSum) && p["trust"] == "pinned" && p["pins"] == float64(1) {
-				lockRead++
+		case "run.started":
+			// The digests of the lockfiles as they were at start, not
+			// as the workload left them.
+			lfs, _ := p["lockfiles"].([]any)
+			for _, l := range lfs {
+				lf, _ := l.(map[string]any)
+				if (lf["path"] == appLock && lf["sha256"] == appSum || lf["path"] == badLock && lf["sha256"] == badSum) && lf["trust"] == "pinned" && lf["pins"] == float64(1) && lf["kind"] == "npm" {
+					lockRead++
+				}
 			}
+		case "package.lockfile":
+			t.Errorf("package.lockfile record %v: the lockfiles belong in run.started", p)
 		case "package.refused":
 			name, _ := p["name"].(string)
 			refused = append(refused, fmt.Sprint(p["method"], " ", name, " ", p["reason"]))
@@ -231,7 +243,10 @@ func TestPackagesNPM(t *testing.T) {
 		t.Errorf("no package.failed package_digest_mismatch for the tampered tarball")
 	}
 	if lockRead != 2 {
-		t.Errorf("%d package.lockfile records with the pinned digests, want 2", lockRead)
+		t.Errorf("run.started lists %d lockfiles with their digests at start, want 2", lockRead)
+	}
+	if sum := sha256.Sum256([]byte(readFile(t, appLock))); hex.EncodeToString(sum[:]) == appSum {
+		t.Errorf("the workload's rewrite of %s did not happen: the edit is not tested", appLock)
 	}
 	if t.Failed() || testing.Verbose() {
 		t.Logf("%s\nregistry saw %v", r, seen)
@@ -479,5 +494,247 @@ func TestPackagesPyPI(t *testing.T) {
 	mu.Unlock()
 	if t.Failed() || testing.Verbose() {
 		t.Logf("%s\nindex saw %v", r, seen)
+	}
+}
+
+// npmLock is a package-lock.json v3 with one entry per pin: key (the
+// node_modules path), name, version and tarball, resolved on the public
+// registry's host.
+type npmLockEntry struct {
+	key, name, version string
+	tgz                []byte
+}
+
+func npmLock(entries ...npmLockEntry) string {
+	var parts []string
+	for _, e := range entries {
+		base := e.name[strings.LastIndex(e.name, "/")+1:]
+		parts = append(parts, fmt.Sprintf(`"%s":{"version":%q,"resolved":"https://registry.npmjs.org/%s/-/%s-%s.tgz","integrity":%q}`,
+			e.key, e.version, e.name, base, e.version, sri512(e.tgz)))
+	}
+	return `{"name":"app","version":"1.0.0","lockfileVersion":3,"requires":true,"packages":{"":{"name":"app","version":"1.0.0"},` + strings.Join(parts, ",") + `}}`
+}
+
+// reloadScript installs each "label module spec" given in $TRY inside a
+// fresh project (npm resolves through the filtered packuments) and says
+// whether it was installed, with the module's code.
+const reloadScript = `
+set -u
+export HOME=/tmp npm_config_fetch_retries=0
+echo "$TRY" | while read -r l m spec; do
+  [ -n "$l" ] || continue
+  d=/tmp/w-$l; rm -rf "$d"; mkdir -p "$d"; cd "$d"
+  echo '{"name":"t","version":"1.0.0"}' > package.json
+  if npm install "$spec" --cache "/tmp/cache-$l" --no-audit --no-fund >"/tmp/$l.log" 2>&1; then
+    echo "$l installed $(cat node_modules/$m/index.js)"
+  else
+    echo "$l refused"
+  fi
+done
+`
+
+// TestPackagesReload: moat sandbox reload-lockfiles (issue 19). A sandbox
+// admits what its lockfiles pinned at creation (run.started's digests);
+// scoped packages resolve through their packuments (@scope%2fname),
+// while the same name under another scope and a typosquat are refused.
+// The operator pins a newer version in a lockfile outside every writable
+// grant and reloads: the newly pinned version is served (positive). The
+// workload rewrites a lockfile whose sha256 the policy pins and the
+// operator reloads: refused for trust, journaled, and the set in force
+// is kept (the version pinned by the first reload is still served, the
+// workload's pin is not). The journal verifies and records both reloads
+// with old and new digests and who asked.
+func TestPackagesReload(t *testing.T) {
+	_, err := exec.LookPath("npm")
+	testenv.Need(t, err == nil, "npm is not installed (CI installs nodejs and npm)")
+	bin := hooksBin(t)
+	e := newEnv(t)
+	caPEM, srvCert := egressTestCerts(t)
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	testenv.Need(t, err == nil, "cannot listen on 127.0.0.2")
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	v1 := pkgTarball(t, "demo-pkg", "1.0.0", "module.exports = 'v1';\n")
+	v2 := pkgTarball(t, "demo-pkg", "1.1.0", "module.exports = 'v2';\n")
+	good := pkgTarball(t, "@good/util", "1.0.0", "module.exports = 'good';\n")
+	evilScoped := pkgTarball(t, "@evil/util", "1.0.0", "module.exports = 'evil';\n")
+	evil := pkgTarball(t, "evil-pkg", "6.6.6", "module.exports = 'evil';\n")
+	version := func(name, ver string, tgz []byte) string {
+		base := name[strings.LastIndex(name, "/")+1:]
+		return fmt.Sprintf(`%q:{"name":%q,"version":%q,"dist":{"tarball":"https://registry.npmjs.org/%s/-/%s-%s.tgz","integrity":%q}}`, ver, name, ver, name, base, ver, sri512(tgz))
+	}
+	files := map[string][]byte{
+		"/demo-pkg/-/demo-pkg-1.0.0.tgz": v1,
+		"/demo-pkg/-/demo-pkg-1.1.0.tgz": v2,
+		"/@good/util/-/util-1.0.0.tgz":   good,
+		"/@evil/util/-/util-1.0.0.tgz":   evilScoped,
+		"/@good/utill/-/utill-1.0.0.tgz": evilScoped,
+		"/evil-pkg/-/evil-pkg-6.6.6.tgz": evil,
+		"/demo-pkg":                      []byte(`{"name":"demo-pkg","dist-tags":{"latest":"1.1.0"},"versions":{` + version("demo-pkg", "1.0.0", v1) + "," + version("demo-pkg", "1.1.0", v2) + `}}`),
+		"/@good/util":                    []byte(`{"name":"@good/util","dist-tags":{"latest":"1.0.0"},"versions":{` + version("@good/util", "1.0.0", good) + `}}`),
+		"/@evil/util":                    []byte(`{"name":"@evil/util","dist-tags":{"latest":"1.0.0"},"versions":{` + version("@evil/util", "1.0.0", evilScoped) + `}}`),
+		"/@good/utill":                   []byte(`{"name":"@good/utill","dist-tags":{"latest":"1.0.0"},"versions":{` + version("@good/utill", "1.0.0", evilScoped) + `}}`),
+		"/evil-pkg":                      []byte(`{"name":"evil-pkg","dist-tags":{"latest":"6.6.6"},"versions":{` + version("evil-pkg", "6.6.6", evil) + `}}`),
+	}
+	var mu sync.Mutex
+	var seen []string
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Method+" "+r.URL.Path)
+		mu.Unlock()
+		if b, ok := files[r.URL.Path]; ok && r.Method == http.MethodGet {
+			w.Write(b)
+			return
+		}
+		http.NotFound(w, r)
+	}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{srvCert}}}
+	go srv.ServeTLS(ln, "", "")
+	defer srv.Close()
+	registrySaw := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), seen...)
+	}
+
+	// The operator's lockfile lies outside every grant; the workspace's
+	// is pinned by sha256.
+	opDir := filepath.Join(e.dir, "locks")
+	os.MkdirAll(opDir, 0o755)
+	opLock := filepath.Join(opDir, "package-lock.json")
+	start := npmLock(npmLockEntry{"node_modules/demo-pkg", "demo-pkg", "1.0.0", v1}, npmLockEntry{"node_modules/@good/util", "@good/util", "1.0.0", good})
+	writeFile(t, opLock, start)
+	wsDir := filepath.Join(e.workspace, "pinned")
+	os.MkdirAll(wsDir, 0o755)
+	wsLock := filepath.Join(wsDir, "package-lock.json")
+	wsText := npmLock(npmLockEntry{"node_modules/@good/util", "@good/util", "1.0.0", good})
+	writeFile(t, wsLock, wsText)
+	if os.Geteuid() == 0 {
+		os.Chown(wsDir, 65534, 65534)
+		os.Chown(wsLock, 65534, 65534)
+	}
+	hex256 := func(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
+	startSum, wsSum := hex256(start), hex256(wsText)
+	ca := filepath.Join(e.dir, "ca.pem")
+	writeFile(t, ca, caPEM)
+	pol := e.policy(fmt.Sprintf(`egress:
+  packages:
+    - kind: npm
+      upstream: https://127.0.0.2:%s
+      ca_file: %s
+      lockfiles: [%s, %s]
+      lockfile_sha256: {%s: %s}
+`, port, ca, opLock, wsLock, wsLock, wsSum))
+	writeFile(t, pol, strings.Replace(readFile(t, pol), "env: {PATH: /usr/bin:/bin}",
+		fmt.Sprintf("env: {PATH: /usr/bin:/bin, WS: %s}", e.workspace), 1))
+	moat := func(env []string, args ...string) result {
+		cmd := exec.Command(bin, args...)
+		cmd.Dir = e.dir
+		cmd.Env = append(append(os.Environ(), "MOAT_STATE_DIR="+e.stateDir, "MOAT_TEST_GLOBAL_ADDR=127.0.0.2"), env...)
+		var so, se strings.Builder
+		cmd.Stdout, cmd.Stderr = &so, &se
+		cmd.Run()
+		return result{so.String(), se.String(), cmd.ProcessState.ExitCode()}
+	}
+	const name = "pkgreload"
+	if r := moat(nil, "sandbox", "create", name, "--policy", pol); r.code != 0 {
+		t.Fatalf("sandbox create: %s", r)
+	}
+	defer moat(nil, "sandbox", "delete", name, "--ignore-not-found")
+	try := func(lines ...string) result {
+		t.Helper()
+		return moat(nil, "sandbox", "exec", name, "--", "/usr/bin/env", "TRY="+strings.Join(lines, "\n"), "/bin/sh", "-c", reloadScript)
+	}
+	expect := func(step string, r result, want ...string) {
+		t.Helper()
+		for _, w := range want {
+			if !strings.Contains(r.stdout, w+"\n") {
+				t.Errorf("%s: missing %q in the workload's output:\n%s", step, w, r)
+			}
+		}
+	}
+
+	r := try("pinned demo-pkg demo-pkg@1.0.0", "newer demo-pkg demo-pkg@1.1.0", "scoped @good/util @good/util@1.0.0",
+		"confused @evil/util @evil/util@1.0.0", "squat @good/utill @good/utill@1.0.0")
+	expect("at start", r, "pinned installed module.exports = 'v1';", "newer refused", "scoped installed module.exports = 'good';",
+		"confused refused", "squat refused")
+	for _, s := range registrySaw() {
+		if strings.Contains(s, "1.1.0") || strings.Contains(s, "evil") || strings.Contains(s, "utill") {
+			t.Errorf("before the reload the registry saw %q", s)
+		}
+	}
+
+	// The operator pins 1.1.0 as well (outside every writable grant) and
+	// reloads: applied; the newly pinned version is served.
+	next := npmLock(npmLockEntry{"node_modules/demo-pkg", "demo-pkg", "1.1.0", v2}, npmLockEntry{"node_modules/x/node_modules/demo-pkg", "demo-pkg", "1.0.0", v1},
+		npmLockEntry{"node_modules/@good/util", "@good/util", "1.0.0", good})
+	writeFile(t, opLock, next)
+	nextSum := hex256(next)
+	if r := moat(nil, "sandbox", "reload-lockfiles", name, "-o", "json"); r.code != 0 || !strings.Contains(r.stdout, `"outcome": "applied"`) || !strings.Contains(r.stdout, nextSum) {
+		t.Fatalf("reload-lockfiles: %s", r)
+	}
+	r = try("newer demo-pkg demo-pkg@1.1.0", "pinned demo-pkg demo-pkg@1.0.0")
+	expect("after the reload", r, "newer installed module.exports = 'v2';", "pinned installed module.exports = 'v1';")
+
+	// The workload rewrites the workspace lockfile to pin its own package;
+	// the operator's reload is refused for trust and changes nothing.
+	evilLock := npmLock(npmLockEntry{"node_modules/@good/util", "@good/util", "1.0.0", good}, npmLockEntry{"node_modules/evil-pkg", "evil-pkg", "6.6.6", evil})
+	if r := moat(nil, "sandbox", "exec", name, "--", "/bin/sh", "-c", `printf '%s' "$1" > "$2"`, "sh", evilLock, wsLock); r.code != 0 {
+		t.Fatalf("the workload's rewrite: %s", r)
+	}
+	r = moat(nil, "sandbox", "reload-lockfiles", name)
+	if r.code != 125 || !strings.Contains(r.stderr, "the policy pins "+wsSum) || !strings.Contains(r.stdout, "outcome:") || !strings.Contains(r.stdout, "refused") {
+		t.Errorf("reload after the workload's rewrite: %s", r)
+	}
+	r = try("kept demo-pkg demo-pkg@1.1.0", "evil evil-pkg evil-pkg@6.6.6")
+	expect("after the refused reload", r, "kept installed module.exports = 'v2';", "evil refused")
+	for _, s := range registrySaw() {
+		if strings.Contains(s, "evil") || strings.Contains(s, "utill") {
+			t.Errorf("the registry saw %q", s)
+		}
+	}
+	if !slices.Contains(registrySaw(), "GET /demo-pkg/-/demo-pkg-1.1.0.tgz") || !slices.Contains(registrySaw(), "GET /@good/util/-/util-1.0.0.tgz") {
+		t.Errorf("the registry saw %v, want the newly pinned and the scoped tarball", registrySaw())
+	}
+	if r := moat(nil, "sandbox", "delete", name); r.code != 0 {
+		t.Fatalf("sandbox delete: %s", r)
+	}
+
+	dir := onlyRunDir(t, e.auditDir)
+	if v := e.moat("audit", "verify", dir); v.code != 0 {
+		t.Errorf("audit verify: %s", v)
+	}
+	var reloads []string
+	for _, p := range journalPayloads(t, filepath.Join(dir, "journal.jsonl")) {
+		switch p["type"] {
+		case "run.started":
+			var got []string
+			lfs, _ := p["lockfiles"].([]any)
+			for _, l := range lfs {
+				lf, _ := l.(map[string]any)
+				got = append(got, fmt.Sprint(lf["path"], " ", lf["sha256"], " ", lf["pins"], " ", lf["trust"]))
+			}
+			want := []string{opLock + " " + startSum + " 2 pinned", wsLock + " " + wsSum + " 1 pinned"}
+			if !slices.Equal(got, want) {
+				t.Errorf("run.started lockfiles %q, want %q", got, want)
+			}
+		case "package.reload":
+			requester, _ := p["requester"].(string)
+			if !strings.HasPrefix(requester, "uid ") {
+				t.Errorf("package.reload requester %q", requester)
+			}
+			s := fmt.Sprint(p["outcome"], " ", p["reason"])
+			lfs, _ := p["lockfiles"].([]any)
+			for _, l := range lfs {
+				lf, _ := l.(map[string]any)
+				s += fmt.Sprint(" ", lf["old_sha256"], "->", lf["sha256"])
+			}
+			reloads = append(reloads, s)
+		}
+	}
+	want := []string{
+		"applied <nil> " + startSum + "->" + nextSum + " " + wsSum + "->" + wsSum,
+		"refused lockfile_untrusted " + nextSum + "->" + nextSum + " " + wsSum + "->" + hex256(evilLock),
+	}
+	if !slices.Equal(reloads, want) {
+		t.Errorf("package.reload records:\n%q\nwant\n%q", reloads, want)
 	}
 }
