@@ -684,6 +684,19 @@ func TestPackagesReload(t *testing.T) {
 	if r.code != 125 || !strings.Contains(r.stderr, "the policy pins "+wsSum) || !strings.Contains(r.stdout, "outcome:") || !strings.Contains(r.stdout, "refused") {
 		t.Errorf("reload after the workload's rewrite: %s", r)
 	}
+	// The workload cannot ask for a reload: the supervisor's control
+	// socket is outside its filesystem view (the operator's reloads above
+	// are the positive control; the journal holds only those two).
+	sock := filepath.Join(e.stateDir, "sandboxes", name, "control.sock")
+	if _, err := os.Stat(sock); err != nil {
+		t.Fatalf("control socket: %v", err)
+	}
+	r = moat(nil, "sandbox", "exec", name, "--", "/usr/bin/node", "-e",
+		`const s=require("net").connect(process.argv[1]);s.on("connect",()=>s.end(JSON.stringify({op:"reload-lockfiles"})+"\n"));`+
+			`s.on("data",d=>console.log("control answered "+d));s.on("error",e=>console.log("control refused "+e.code));`, sock)
+	if !strings.Contains(r.stdout, "control refused ") || strings.Contains(r.stdout, "answered") {
+		t.Errorf("the workload reached the control socket: %s", r)
+	}
 	r = try("kept demo-pkg demo-pkg@1.1.0", "evil evil-pkg evil-pkg@6.6.6")
 	expect("after the refused reload", r, "kept installed module.exports = 'v2';", "evil refused")
 	for _, s := range registrySaw() {
