@@ -115,6 +115,14 @@ func (b *backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.San
 		return nil, fmt.Errorf("kubernetes: the broker cannot listen on %s (it must be an address of this host that the Pod reaches; set kubernetes.broker_address): %w", host, err)
 	}
 	s.host, s.port = host, ln.Addr().(*net.TCPAddr).Port
+	if b.clients == nil {
+		// Before anything exists in the cluster: whatever this process
+		// makes there is removed if it dies.
+		if s.watchdog, err = startWatchdog(k, name); err != nil {
+			ln.Close()
+			return nil, err
+		}
+	}
 	if s.listener, err = ln.File(); err != nil {
 		ln.Close()
 		return nil, err
@@ -187,6 +195,8 @@ type sandbox struct {
 	goneWhy  string     // why the Pod ended, when it did from outside
 	gone     chan struct{}
 	goneOnce sync.Once
+
+	watchdog *os.File // the write end of the watchdog's stdin (watchdog.go)
 
 	nextID    int
 	stopWatch chan struct{}
@@ -450,6 +460,13 @@ func (s *sandbox) Terminate() error {
 		}
 		if s.listener != nil {
 			s.listener.Close()
+		}
+		if s.watchdog != nil {
+			if len(errs) == 0 {
+				s.watchdog.WriteString(watchdogDone)
+			}
+			// Else the watchdog tries again.
+			s.watchdog.Close()
 		}
 		s.mu.Lock()
 		s.podIP = netip.Addr{}

@@ -45,6 +45,8 @@ var hidden = []reexec.Helper{
 	{Name: kubernetes.PauseHelper, Main: kubernetes.PauseMain},   // the container's main process
 	{Name: kubernetes.StageHelper, Main: kubernetes.StageMain},   // env, dir and moat's seccomp filter in front of each exec
 	{Name: kubernetes.SignalHelper, Main: kubernetes.SignalMain}, // a signal to a process a stage started
+	// The kubernetes backend, on the host: removes the Pod and NetworkPolicy if their supervisor dies.
+	{Name: kubernetes.WatchdogHelper, Main: kubernetes.WatchdogMain},
 
 	// The measurement, inside every sandbox before the workload starts.
 	{Name: measure.Helper, Main: measure.Main},
