@@ -30,31 +30,32 @@ func commandsOf(c *cobra.Command) []*cobra.Command {
 // is json and yaml wherever there is output (policy check's text form is
 // YAML already). A command that gains output, or -o, must be added here.
 var wantOutput = map[string][]string{
-	"moat audit verify":    {"json", "yaml"},
-	"moat audit show":      {"json", "yaml"},
-	"moat conformance run": {"json", "yaml"},
-	"moat doctor":          {"json", "yaml"},
-	"moat evidence run":    {"json", "yaml"},
-	"moat evidence verify": {"json", "yaml"},
-	"moat policy check":    {"yaml", "json"},
-	"moat run":             {"json", "yaml"},
-	"moat runs list":       {"json", "yaml"},
-	"moat runs show":       {"json", "yaml"},
-	"moat sandbox create":  {"json", "yaml"},
-	"moat sandbox exec":    {"json", "yaml"},
-	"moat sandbox get":     {"json", "yaml"},
-	"moat sandbox list":    {"json", "yaml"},
-	"moat version":         {"json", "yaml"},
-	"moat demo":            nil, // a narrative for people; its evidence is the bundle
-	"moat policy schema":   nil, // JSON Schema itself
-	"moat sandbox delete":  nil, // prints nothing on success
-	"moat audit":           nil,
-	"moat conformance":     nil,
-	"moat evidence":        nil,
-	"moat policy":          nil,
-	"moat runs":            nil,
-	"moat sandbox":         nil,
-	"moat":                 nil,
+	"moat audit verify":             {"json", "yaml"},
+	"moat audit show":               {"json", "yaml"},
+	"moat conformance run":          {"json", "yaml"},
+	"moat doctor":                   {"json", "yaml"},
+	"moat evidence run":             {"json", "yaml"},
+	"moat evidence verify":          {"json", "yaml"},
+	"moat policy check":             {"yaml", "json"},
+	"moat run":                      {"json", "yaml"},
+	"moat runs list":                {"json", "yaml"},
+	"moat runs show":                {"json", "yaml"},
+	"moat sandbox create":           {"json", "yaml"},
+	"moat sandbox exec":             {"json", "yaml"},
+	"moat sandbox get":              {"json", "yaml"},
+	"moat sandbox list":             {"json", "yaml"},
+	"moat sandbox reload-lockfiles": {"json", "yaml"},
+	"moat version":                  {"json", "yaml"},
+	"moat demo":                     nil, // a narrative for people; its evidence is the bundle
+	"moat policy schema":            nil, // JSON Schema itself
+	"moat sandbox delete":           nil, // prints nothing on success
+	"moat audit":                    nil,
+	"moat conformance":              nil,
+	"moat evidence":                 nil,
+	"moat policy":                   nil,
+	"moat runs":                     nil,
+	"moat sandbox":                  nil,
+	"moat":                          nil,
 
 	// receipts (issue 14 item 3)
 	"moat audit receipt":        {"json", "yaml"},
@@ -117,7 +118,7 @@ func TestUnsupportedOutputRefusedFirst(t *testing.T) {
 			args = append(args, filepath.Join(dir, audit.JournalFile))
 		case "moat runs show":
 			args = append(args, dir)
-		case "moat sandbox get":
+		case "moat sandbox get", "moat sandbox reload-lockfiles":
 			args = append(args, "nosuch")
 		case "moat sandbox exec":
 			args = append(args, "nosuch", "true")
@@ -191,6 +192,7 @@ func TestExitCodeTable(t *testing.T) {
 		{"sandbox exec missing", []string{"sandbox", "exec", "nosuch", "true"}, 125, "no sandbox named nosuch"},
 		{"sandbox exec missing with --", []string{"sandbox", "exec", "nosuch", "--", "true"}, 125, "no sandbox named nosuch"},
 		{"sandbox delete missing", []string{"sandbox", "delete", "nosuch"}, 125, "no sandbox named nosuch"},
+		{"sandbox reload-lockfiles missing", []string{"sandbox", "reload-lockfiles", "nosuch"}, 125, "no sandbox named nosuch"},
 		{"sandbox delete missing, ignored", []string{"sandbox", "delete", "nosuch", "--ignore-not-found"}, 0, "nothing to delete"},
 		{"sandbox exec without a command", []string{"sandbox", "exec", "nosuch"}, 125, "no command given"},
 		// 0 with output.
