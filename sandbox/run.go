@@ -177,6 +177,13 @@ func Run(ctx context.Context, o RunOptions) (int, error) {
 	code, reason, err := s.runMain(ctx, o, ri, sigs)
 	stopControl() // no decision after the run's end: Close refuses what is still held
 	s.Close(code, reason)
+	// process.exited became durable with run.terminated's fsync (or
+	// Close's); a journal that failed makes the run fail as before.
+	if s.exitedWait != nil {
+		if jerr := s.exitedWait(); jerr != nil && err == nil {
+			return ExitRefused, fmt.Errorf("journal: %w", jerr)
+		}
+	}
 	return code, err
 }
 
@@ -254,10 +261,13 @@ loop:
 	if werr != nil {
 		return ExitRefused, audit.ReasonFailed, fmt.Errorf("waiting for workload: %w", werr)
 	}
-	oom, err := s.Exited(id, code)
+	// Written now, made durable by run.terminated's fsync after the
+	// teardown (Run waits for it before it returns).
+	oom, wait, err := s.exitedAsync(id, code)
 	if err != nil {
 		return ExitRefused, audit.ReasonFailed, fmt.Errorf("journal: %w", err)
 	}
+	s.exitedWait = wait
 	if oom && o.Stderr != nil {
 		fmt.Fprintf(o.Stderr, "moat: the workload was killed: out of memory (process.limits.memory %s)\n", s.pol.Process.Limits.Memory)
 	}

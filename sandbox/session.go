@@ -129,11 +129,13 @@ type Session struct {
 	// binary delivers the moat binary's sha256 for run.started: it is
 	// hashed while the sandbox is prepared and measured (about 10 ms for
 	// 16 MB; the measurement waits for the same hash, see exehash).
-	binary    <-chan binaryHash
-	reaperc   <-chan reaperStart // the reaper, started while the journal is created
-	startMu   sync.Mutex
-	binaryRes *binaryHash // what binary delivered
-	started   bool        // run.started is in the journal
+	binary     <-chan binaryHash
+	reaperc    <-chan reaperStart // the reaper, started while the journal is created
+	startMu    sync.Mutex
+	binaryRes  *binaryHash  // what binary delivered
+	started    bool         // run.started is in the journal
+	startWait  func() error // returns once run.started is durable
+	exitedWait func() error // moat run: returns once the workload's process.exited is durable
 
 	mu      sync.Mutex
 	running map[string]boundary.Running // process id → process
@@ -358,10 +360,22 @@ func startReaper() <-chan reaperStart {
 // preparation and the measurement), and the refusal and terminal records
 // of a run that ends earlier call it first.
 func (s *Session) startRecord() error {
+	wait, err := s.writeStartRecord()
+	if err != nil {
+		return err
+	}
+	return wait()
+}
+
+// writeStartRecord is startRecord up to the record written in its place
+// in the journal; wait returns once it is durable. open has
+// boundary.confirmed appended (and synced) right after it, so that the
+// two share one fsync, both before anything runs in the sandbox.
+func (s *Session) writeStartRecord() (wait func() error, err error) {
 	s.startMu.Lock()
 	defer s.startMu.Unlock()
 	if s.started {
-		return nil
+		return s.startWait, nil
 	}
 	if s.binaryRes == nil {
 		b := <-s.binary
@@ -369,16 +383,23 @@ func (s *Session) startRecord() error {
 	}
 	b := s.binaryRes
 	if b.err != nil {
-		return fmt.Errorf("hashing moat binary: %w", b.err)
+		return nil, fmt.Errorf("hashing moat binary: %w", b.err)
 	}
-	if _, err := s.w.Append(audit.RunStarted{
+	_, synced, err := s.w.AppendAsync(audit.RunStarted{
 		PolicySHA256: s.pol.SHA256(), Backend: s.Backend, BinarySHA256: b.sum, PublicKey: string(s.w.PublicKeyPEM()),
 		Lockfiles: s.lockfiles,
-	}); err != nil {
-		return fmt.Errorf("journal: %w", err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
 	}
 	s.started = true
-	return nil
+	s.startWait = func() error {
+		if err := synced(); err != nil {
+			return fmt.Errorf("journal: %w", err)
+		}
+		return nil
+	}
+	return s.startWait, nil
 }
 
 func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[string]string, explainTo, stderr io.Writer) error {
@@ -461,11 +482,18 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[strin
 		return &RefusedError{Msg: err.Error() + " (the workload was not started)"}
 	}
 	limits := sb.Limits()
-	if err := s.startRecord(); err != nil {
+	// run.started and boundary.confirmed share one fsync (the second
+	// append's covers the first line); both are durable before anything
+	// runs in the sandbox.
+	started, err := s.writeStartRecord()
+	if err != nil {
 		return err
 	}
 	if _, err := s.w.Append(audit.BoundaryConfirmed{Ready: true, Properties: props, Checks: s.checks, Limits: &limits}); err != nil {
 		return fmt.Errorf("journal: %w", err)
+	}
+	if err := started(); err != nil {
+		return err
 	}
 	gw, ts, err := s.openTools(ctx, be, creds)
 	if err != nil {
@@ -655,6 +683,18 @@ func (s *Session) resolveExecutable(argv0 string) (string, string) {
 // sandbox's limit: it died of SIGKILL while the memory cgroup counted an
 // out-of-memory kill.
 func (s *Session) Exited(id string, code int) (oom bool, err error) {
+	oom, wait, err := s.exitedAsync(id, code)
+	if err != nil {
+		return oom, err
+	}
+	return oom, wait()
+}
+
+// exitedAsync is Exited up to the record written in its place in the
+// journal; wait returns once it is durable. moat run appends run.terminated
+// (and syncs it) once the sandbox is torn down, so that the two records
+// share one fsync, and calls wait after that.
+func (s *Session) exitedAsync(id string, code int) (oom bool, wait func() error, err error) {
 	s.mu.Lock()
 	delete(s.running, id)
 	before, counted := s.oomAtStart[id]
@@ -663,8 +703,8 @@ func (s *Session) Exited(id string, code int) (oom bool, err error) {
 	if n, ok := s.oomKills(); ok && counted && code == 128+int(syscall.SIGKILL) && n > before {
 		oom = true
 	}
-	_, err = s.w.Append(audit.ProcessExited{ProcessID: id, ExitCode: code, OOMKilled: oom})
-	return oom, err
+	_, wait, err = s.w.AppendAsync(audit.ProcessExited{ProcessID: id, ExitCode: code, OOMKilled: oom})
+	return oom, wait, err
 }
 
 // Processes lists the running processes' ids and host pids.
