@@ -39,12 +39,13 @@ type row struct {
 // or memory goes and what would close the gap. Keyed by the start of the
 // row's label.
 var why = []struct{ prefix, text string }{
-	{"cold start: moat run (native)", "moat run does what bwrap does and then proves it. Where its time went on this machine when it was quiet (phase marks of an instrumented build, medians of 40 runs, 2026-12-01): process start and policy 1.2 ms; the signed journal with its Ed25519 key 2.4 ms (the reaper, a fork and exec of moat, starts meanwhile); the sandbox's init started 2 ms; the init ready and moved into its cgroups 10 ms, because as root on cgroup v1 the first move of a process into a memory cgroup waits for an RCU grace period (3 ms in the runs where it waited for none); the measurement 9 ms (a stage and the helper, two Go start-ups, 3.5 ms; its broker connection 1.7 ms; the host's attribution of it 2.5 ms; the other probes 1.8 ms); run.started, boundary.confirmed and the broker 1.3 ms; the workload's own stage 2.5 ms; its exit and the teardown 1.6 ms. The 16 MB binary's sha256 for run.started (10 ms of one core) runs alongside all of that, once instead of three times. bwrap does none of it: one fork, namespaces, mounts, exec. bench/README has the profile before and after. What would close it: on cgroup v2, cloning the init straight into its cgroup (clone3 CLONE_INTO_CGROUP, SysProcAttr.UseCgroupFD), which needs no migration; a stage that is not a Go program (each of the six Go start-ups of a run costs 1 to 2 ms, mostly page faults and package initialisation of a 16 MB binary); a binary digest the kernel keeps instead of a sha256 of 16 MB per run (fs-verity: FS_IOC_MEASURE_VERITY returns an immutable file's Merkle root in microseconds); a sock_diag lookup of the one 4-tuple instead of reading /proc/<pid>/net/tcp for the attribution; and measuring once per sandbox: moat sandbox create pays the confirmation once, each moat sandbox exec after it costs the warm-start figure."},
+	{"cold start: moat run (native)", "moat run does what bwrap does and then proves it. Where its time goes (phase marks of an instrumented build when the machine was quiet, 2026-12-01): process start and policy 1.2 ms; the signed journal with its Ed25519 key 2.4 ms (the reaper, a fork and exec of moat, starts meanwhile); the sandbox's init started 2 ms and ready about 3 ms later (on cgroup v1 it is now born in its cgroups: moving its pid there waited 5 to 30 ms for an RCU grace period, bench/README, third round); the measurement 9 ms (a stage and the helper, two Go start-ups, 3.5 ms; its broker connection 1.7 ms; the host's attribution of it 2.5 ms; the other probes 1.8 ms); run.started, boundary.confirmed and the broker 1.3 ms; the workload's own stage 2.5 ms; its exit and the teardown 1.6 ms. Alongside all of it, the sha256 of moat's own 21 MB binary for run.started: 14 ms of one core, a third of the run's CPU, which on two cores loaded by other work competes with the critical path. bwrap does none of it: one fork, namespaces, mounts, exec. What would close it: a stage that is not a Go program (five Go start-ups are on the critical path, 1.3 ms each, 0.9 ms of it package initialisation: encoding/gob via the MCP SDK, broker/wire's schema trees, jsonschema, yaml); a binary digest the kernel keeps instead of a sha256 of 21 MB per run (fs-verity's, which is another digest than the one run.started records); a sock_diag lookup of the one 4-tuple instead of reading /proc/<pid>/net/tcp (the whole host's TCP table) for the attribution; and measuring once per sandbox: moat sandbox create pays the confirmation once, each moat sandbox exec after it costs the warm-start figure."},
 	{"warm start: moat sandbox exec", "Each exec starts moat's client (a Go start-up, 1 ms), asks the supervisor over its Unix socket, which has the init fork a stage (a second Go start-up that applies Landlock, seccomp and the limits before it execs the command), journals process.started and process.exited with an fsync each, and answers. bwrap forks and execs once. What would close it: a stage that is not a Go program (or the init applying the confinement in the forked child before exec, which Go cannot do), and group-committing the two journal records."},
 	{"cold start: moat run --backend gvisor", "Where the time went when the machine was quiet (phase marks, 2026-12-01): creating and starting the container with its gofer-served grants about 80 ms (runsc do's whole run was 49 ms); the measurement about 85 ms: runsc exec of the stage and the helper until its first connection 40 ms, the probes inside the sentry about 20 ms (a refused TCP connect there takes 8 ms), the rest runsc exec's plumbing; the workload, another runsc exec, 20 ms; teardown 5 ms. What would close it: fewer runsc exec round trips (the measurement's helper started by the container's init, not by runsc exec; the workload's stage likewise) and a shorter container start."},
-	{"broker overhead", "A request leaves only after its pre-effect record is durable: one fsync, the floor the target allows for. The completion record is written before the answer is released and synced while it goes out (a failed sync ends the run), so the answer no longer waits for a second fsync. On top of that come, per request at 32 connections (profile of 2026-12-01, bench/README): two Ed25519 signatures (15% of all CPU, unavoidable: every record is signed); the reflection guard's scan of the answer (8%, most of it encoding/json's token walk); the journal payloads (5%, canonicalised once since issue 15, was 12% with three encodings); the body's strict canonicalisation (about 10 allocations per 8 KiB, was 420); and garbage collection of about 69 KB and 470 allocations per request, half the bytes the buffer readResponse allocates for each answer. The p99 is the fsync's tail plus the scheduler's on 2 cores shared by client, broker and provider; on this shared machine the fsync figure itself moves by an order of magnitude between runs. What would close it: a reused answer buffer in readResponse, the guard walking the answer's bytes instead of encoding/json tokens, and fewer per-request copies on the forward path (headers, the request)."},
+	{"broker overhead", "A request leaves only after its pre-effect record is durable: one fsync, the floor the target allows for. The completion record is written before the answer is released and synced while it goes out (a failed sync ends the run), so the answer no longer waits for a second fsync. On top of that come, per request at 32 connections (profile of 2026-12-01, bench/README): two Ed25519 signatures (15% of all CPU, unavoidable: every record is signed); the reflection guard's scan of the answer (8%, most of it encoding/json's token walk); the journal payloads (5%, canonicalised once since issue 15, was 12% with three encodings); the body's strict canonicalisation (about 10 allocations per 8 KiB, was 420); and garbage collection of about 36 KB and 470 allocations per request (69 KB before readResponse's buffer was pooled). The p99 is the fsync's tail plus the scheduler's on 2 cores shared by client, broker and provider; on this shared machine the fsync figure itself moves by an order of magnitude between runs. What would close it: the guard walking the answer's bytes instead of encoding/json tokens, and fewer per-request copies on the forward path (headers, the request)."},
 	{"streaming TTFB", "The first byte cannot come before the pre-effect record is durable: one fsync plus admission and signing is the floor of the streaming path."},
-	{"throughput, 32", "Each brokered request costs 215 to 250 us of CPU at 32 connections (client, broker and fake provider on the same 2 cores; 260 to 275 before the payload and canonicalisation changes, in alternating runs) against the reverse proxy's 130 to 137 us in the same runs: two signed journal records, canonicalisation, the allowlist and the reflection guard's scan; group commit shares the fsyncs, but not that CPU. What would close it: the same work as for latency (readResponse's buffer, the guard's walk), then the signatures, which are the floor."},
+	{"CPU per request", "The same work as in the throughput row, per request: two Ed25519 signatures (15% of the broker run's CPU, the floor: every record is signed), the network and fsync syscalls (17%), the reflection guard's walk of the answer (8%, encoding/json tokens) and garbage collection (9%; 36 KB and 470 allocations per request since readResponse's buffer is reused, was 69 KB). What would close it: the guard walking the answer's bytes as admission walks the body's, fewer per-request copies on the forward path (the HTTP client's header maps and request copy, the pre-effect header's base64), then the signatures."},
+	{"throughput, 32", "Each brokered request costs 215 to 250 us of CPU at 32 connections (client, broker and fake provider on the same 2 cores; 260 to 275 before the payload and canonicalisation changes, in alternating runs) against the reverse proxy's 130 to 137 us in the same runs: two signed journal records, canonicalisation, the allowlist and the reflection guard's scan; group commit shares the fsyncs, but not that CPU. What would close it: the same work as for latency (the guard's walk, the forward path's copies), then the signatures, which are the floor; readResponse's per-answer 32 KiB buffer is pooled since issue 15's third round."},
 	{"50 sandboxes", "Each sandbox is a supervisor (with its broker) and an init; memory is per sandbox and flat from 1 to 50, start time grows with the confirmations competing for 2 cores."},
 }
 
@@ -66,6 +67,7 @@ func main() {
 	coldStart(pol, ws)
 	warmExec(pol, ws)
 	brokerBench()
+	partsBench()
 	scale()
 
 	writeResults(time.Since(start))
@@ -159,7 +161,11 @@ func add(what, a, b string, ratio float64, target string, ok bool) {
 	if !ok {
 		v = "MISSES"
 	}
-	rows = append(rows, row{what, a, b, fmt.Sprintf("%.2f", ratio), target, v})
+	r := fmt.Sprintf("%.2f", ratio)
+	if ratio == 0 {
+		r = "-" // no peer: an absolute target
+	}
+	rows = append(rows, row{what, a, b, r, target, v})
 }
 
 // benchLine matches `BenchmarkX/sub-2   N   123 ns/op   4.5 req/s …`.
@@ -167,7 +173,7 @@ var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
 
 // goBench runs Go benchmarks and returns metric values by benchmark name.
 func goBench(pkg, pattern, benchtime string) map[string]map[string]float64 {
-	out, err := run("go", "test", "-run", "^$", "-bench", pattern, "-benchtime", benchtime, pkg)
+	out, err := run("go", "test", "-run", "^$", "-bench", pattern, "-benchtime", benchtime, "-benchmem", pkg)
 	res := map[string]map[string]float64{}
 	if err != nil {
 		notes = append(notes, fmt.Sprintf("go test -bench %s %s: %v\n%s", pattern, pkg, err, out))
@@ -242,6 +248,55 @@ func brokerBench() {
 		}
 		add(fmt.Sprintf("throughput, %d connections, vs httputil.ReverseProxy", c), fmt.Sprintf("%.0f req/s", bk["req/s"]), fmt.Sprintf("%.0f req/s", rp["req/s"]),
 			bk["req/s"]/rp["req/s"], target, ok)
+		// CPU per request (client, proxy and provider, getrusage) moves far
+		// less with the machine's load than requests per second; on a
+		// CPU-bound machine ≥ 0.6× the throughput needs ≤ 1/0.6 the CPU.
+		if c == 32 && bk["cpu-us/op"] > 0 && rp["cpu-us/op"] > 0 {
+			r := bk["cpu-us/op"] / rp["cpu-us/op"]
+			add("CPU per request, 32 connections, vs httputil.ReverseProxy", fmt.Sprintf("%.0f us", bk["cpu-us/op"]), fmt.Sprintf("%.0f us", rp["cpu-us/op"]),
+				r, "≤ 1.67× (what ≥ 0.6× throughput needs)", r <= 1/0.6)
+		}
+	}
+}
+
+// parts are the Go micro-benchmarks of the broker's path, reported with
+// their allocation counts in a section of their own (no peer, no target).
+var parts = []struct{ pkg, pattern string }{
+	{"./broker/wire", "BenchmarkAdmit$|BenchmarkCanonicalize$"},
+	{"./audit", "BenchmarkSign$|BenchmarkAppendNoSync$|BenchmarkAppend$"},
+	{"./broker", "BenchmarkJournalAppend$|BenchmarkJournalAppendAsync$"},
+}
+
+// partWhat says what each part measures, by benchmark name.
+var partWhat = map[string]string{
+	"BenchmarkAdmit":              "admission of an 8 KiB body, canonicalization included",
+	"BenchmarkCanonicalize":       "strict canonicalization of the same body alone",
+	"BenchmarkSign":               "one Ed25519 signature of a record",
+	"BenchmarkAppendNoSync":       "a journal append without its fsync: encode, sign, write",
+	"BenchmarkAppend":             "a journal append with its fsync",
+	"BenchmarkJournalAppend":      "the broker's pre-effect record (inference.requested), durable",
+	"BenchmarkJournalAppendAsync": "the broker's completion record, written then synced",
+}
+
+var partRows []string
+
+func partsBench() {
+	bt := "1s"
+	if quick {
+		bt = "200ms"
+	}
+	for _, p := range parts {
+		r := goBench(p.pkg, p.pattern, bt)
+		names := make([]string, 0, len(r))
+		for n := range r {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			v := r[n]
+			base, _, _ := strings.Cut(n, "/")
+			partRows = append(partRows, fmt.Sprintf("| %s | %s | %.1f us | %.0f | %.0f |", n, partWhat[base], v["ns/op"]/1e3, v["B/op"], v["allocs/op"]))
+		}
 	}
 }
 
@@ -402,6 +457,10 @@ func writeResults(took time.Duration) {
 	}
 	if len(misses) > 0 {
 		fmt.Fprintf(&b, "\n## Where moat misses a target, by how much, and why\n\n%s\n", strings.Join(misses, "\n"))
+	}
+	if len(partRows) > 0 {
+		fmt.Fprintf(&b, "\n## Parts of the broker's path (go test -bench, this run)\n\n")
+		fmt.Fprintf(&b, "| benchmark | what | time per op | bytes allocated per op | allocations per op |\n|---|---|---|---|---|\n%s\n", strings.Join(partRows, "\n"))
 	}
 	if len(notes) > 0 {
 		fmt.Fprintf(&b, "\n## Notes from this run\n\n")
