@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -50,11 +51,15 @@ func StateDir() (string, error) {
 	return filepath.Join(home, ".local", "state", "moat"), nil
 }
 
-var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+// nameRE is compiled when first used: its {0,62} is 62 copies in the
+// compiled program (724 allocations, 0.1 ms), which every start of the
+// moat binary paid in package initialisation, the sandbox's init, stage
+// and measurement helper included.
+var nameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`) })
 
 // ValidateName checks a sandbox name.
 func ValidateName(name string) error {
-	if !nameRE.MatchString(name) || strings.Contains(name, "..") {
+	if !nameRE().MatchString(name) || strings.Contains(name, "..") {
 		return fmt.Errorf("invalid sandbox name %q: use 1-63 characters of a-z, 0-9, '.', '_' and '-', starting with a letter or digit", name)
 	}
 	return nil
