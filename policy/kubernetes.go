@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"regexp"
 	"strings"
+	"sync"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -64,14 +65,25 @@ var (
 	kubernetesKeys = []string{"kubeconfig", "in_cluster", "namespace", "runtime_class_name", "image", "node_selector", "resources", "broker_address", "host_path_grants"}
 	resourcesKeys  = []string{"cpu", "memory"}
 
-	dnsLabel     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
-	dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
-	labelName    = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
-	cpuQuantity  = regexp.MustCompile(`^([1-9][0-9]{0,6}m|[0-9]{1,4}(\.[0-9]{1,3})?)$`)
+	// The patterns are compiled when first used, not in package
+	// initialisation: compiled, their bounded repetitions ({0,61}, {0,127},
+	// {64}) are 1,145 allocations and 0.25 ms, which every start of the moat
+	// binary paid (issue 15: the sandbox's init, stages and measurement
+	// helper are such starts).
+	dnsLabel     = lazyRegexp(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+	dnsSubdomain = lazyRegexp(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	labelName    = lazyRegexp(`^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
+	cpuQuantity  = lazyRegexp(`^([1-9][0-9]{0,6}m|[0-9]{1,4}(\.[0-9]{1,3})?)$`)
 	// imageRef is a container image reference: a name with optional
 	// registry, tag and digest, no spaces or control characters.
-	imageRef = regexp.MustCompile(`^[a-z0-9][a-z0-9._/:-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$`)
+	imageRef = lazyRegexp(`^[a-z0-9][a-z0-9._/:-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$`)
 )
+
+// lazyRegexp returns a function that compiles pattern once, when first
+// called.
+func lazyRegexp(pattern string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(pattern) })
+}
 
 func (d *decoder) kubernetes(n *yaml.Node, k *Kubernetes) {
 	f := d.mapping(n, "kubernetes", kubernetesKeys...)
@@ -91,7 +103,7 @@ func (d *decoder) kubernetes(n *yaml.Node, k *Kubernetes) {
 	}
 	if n := f["namespace"]; n != nil {
 		if s, ok := d.str(n, "kubernetes.namespace"); ok {
-			if !dnsLabel.MatchString(s) {
+			if !dnsLabel().MatchString(s) {
 				d.add(n, CodeBadValue, "kubernetes.namespace", "namespace %q is not a DNS label (lower-case letters, digits and '-', at most 63, starting and ending alphanumeric)", s)
 			} else {
 				k.Namespace = s
@@ -100,7 +112,7 @@ func (d *decoder) kubernetes(n *yaml.Node, k *Kubernetes) {
 	}
 	if n := f["runtime_class_name"]; n != nil {
 		if s, ok := d.str(n, "kubernetes.runtime_class_name"); ok {
-			if len(s) > 253 || !dnsSubdomain.MatchString(s) {
+			if len(s) > 253 || !dnsSubdomain().MatchString(s) {
 				d.add(n, CodeBadValue, "kubernetes.runtime_class_name", "runtime class %q is not a DNS subdomain (the RuntimeClass's name, e.g. gvisor)", s)
 			} else {
 				k.RuntimeClassName = s
@@ -109,7 +121,7 @@ func (d *decoder) kubernetes(n *yaml.Node, k *Kubernetes) {
 	}
 	if n := f["image"]; n != nil {
 		if s, ok := d.str(n, "kubernetes.image"); ok {
-			if len(s) > maxKubernetesImage || !imageRef.MatchString(s) {
+			if len(s) > maxKubernetesImage || !imageRef().MatchString(s) {
 				d.add(n, CodeBadValue, "kubernetes.image", "image %q is not an image reference (registry/name:tag or @sha256:digest, lower-case name, at most %d bytes)", s, maxKubernetesImage)
 			} else {
 				k.Image = s
@@ -124,7 +136,7 @@ func (d *decoder) kubernetes(n *yaml.Node, k *Kubernetes) {
 		if n := rf["cpu"]; n != nil {
 			// 2 and 0.5 are numbers in YAML, and CPU quantities as written.
 			if s, ok := d.cpu(n, "kubernetes.resources.cpu"); ok {
-				if !cpuQuantity.MatchString(s) || s == "0" || s == "0.0" {
+				if !cpuQuantity().MatchString(s) || s == "0" || s == "0.0" {
 					d.add(n, CodeBadValue, "kubernetes.resources.cpu", "cpu %q is not a positive CPU quantity such as 2, 0.5 or 500m", s)
 				} else {
 					k.Resources.CPU = s
@@ -208,7 +220,7 @@ func (d *decoder) nodeSelector(n *yaml.Node, path string) map[string]string {
 		if !ok {
 			continue
 		}
-		if v != "" && !labelName.MatchString(v) {
+		if v != "" && !labelName().MatchString(v) {
 			d.add(vn, CodeBadValue, kp, "label value %q is not valid (at most 63 of A-Z a-z 0-9 - _ ., starting and ending alphanumeric, or empty)", v)
 			continue
 		}
@@ -224,9 +236,9 @@ func checkLabelKey(k string) string {
 		prefix, name = "", k
 	}
 	switch {
-	case hasPrefix && (prefix == "" || len(prefix) > 253 || !dnsSubdomain.MatchString(prefix)):
+	case hasPrefix && (prefix == "" || len(prefix) > 253 || !dnsSubdomain().MatchString(prefix)):
 		return fmt.Sprintf("label key %q: prefix %q is not a DNS subdomain", k, prefix)
-	case !labelName.MatchString(name):
+	case !labelName().MatchString(name):
 		return fmt.Sprintf("label key %q is not valid ([prefix/]name, name at most 63 of A-Z a-z 0-9 - _ ., starting and ending alphanumeric)", k)
 	}
 	return ""
