@@ -12,7 +12,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/go-json-experiment/json"
 	"golang.org/x/sys/unix"
 
 	"github.com/moat-sandbox/moat/boundary"
@@ -41,13 +40,13 @@ const procDir = "/tmp/.moat-procs"
 // not found, 126 when it cannot be executed, 125 when it cannot be
 // confined.
 func StageMain(args []string) int {
-	if len(args) != 1 || len(args[0]) > maxStageConfigBytes {
+	if len(args) != 1 {
 		fmt.Fprintln(os.Stderr, "moat: kubernetes stage: want one argument, the stage configuration")
 		return boundary.ExitRefused
 	}
-	var cfg stageConfig
-	if err := json.Unmarshal([]byte(args[0]), &cfg, json.RejectUnknownMembers(true)); err != nil || len(cfg.Argv) == 0 || !validID(cfg.ID) {
-		fmt.Fprintf(os.Stderr, "moat: kubernetes stage: bad configuration: %v\n", err)
+	cfg, err := decodeStageConfig(args[0])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "moat: kubernetes stage: %v\n", err)
 		return boundary.ExitRefused
 	}
 	if err := os.MkdirAll(procDir, 0o700); err == nil {
@@ -87,12 +86,6 @@ func StageMain(args []string) int {
 		return boundary.ExitNotFound
 	}
 	return boundary.ExitCannotExec
-}
-
-// validID is a stage id as start makes them: "p" and a decimal number.
-func validID(id string) bool {
-	n, err := strconv.Atoi(strings.TrimPrefix(id, "p"))
-	return strings.HasPrefix(id, "p") && err == nil && n > 0 && len(id) < 16
 }
 
 // SignalMain delivers a signal to a process a stage started: `moat
