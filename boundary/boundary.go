@@ -172,6 +172,14 @@ type OOMCounter interface {
 	OOMKills() (n uint64, ok bool)
 }
 
+// ImageFiles is implemented by a sandbox whose files are not the host's
+// files at the same paths (the kubernetes backend: the image's root and
+// emptyDir volumes). When FilesFromImage is true the journal names a
+// started process by its argv alone, never by a host file's digest.
+type ImageFiles interface {
+	FilesFromImage() bool
+}
+
 // DiskUnlimited is the DiskDetail of every backend today: a quota would
 // need a workspace on a size-capped file system that moat mounts, which
 // none does.

@@ -426,6 +426,11 @@ func (s *sandbox) Mechanisms() boundary.Mechanisms {
 	}
 }
 
+// FilesFromImage is true unless the grants are hostPath volumes: the
+// Pod's files are the image's and its emptyDir volumes', not the host's
+// at the same paths (boundary.ImageFiles).
+func (s *sandbox) FilesFromImage() bool { return !s.pol.Kubernetes.HostPathGrants }
+
 // HostPID is 0: the Pod's processes are not processes of this host that
 // moat can name (the node may be another machine).
 func (s *sandbox) HostPID() int { return 0 }
