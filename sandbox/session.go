@@ -619,7 +619,9 @@ func (s *Session) Start(ctx context.Context, argv []string, stdin io.Reader, std
 	}
 	id := "p" + strconv.FormatInt(s.nproc.Add(1), 10)
 	rec := audit.ProcessStarted{ProcessID: id, Argv: argv, HostPID: proc.HostPID()}
-	rec.Executable, rec.SHA256 = s.resolveExecutable(argv[0])
+	if f, ok := s.sb.(boundary.ImageFiles); !ok || !f.FilesFromImage() {
+		rec.Executable, rec.SHA256 = s.resolveExecutable(argv[0])
+	}
 	if _, err := s.w.Append(rec); err != nil {
 		proc.Signal(syscall.SIGKILL)
 		proc.Wait()
