@@ -81,6 +81,7 @@ func startWatchdog(k policy.Kubernetes, name string) (*os.File, error) {
 // deletes the Pod (and waits until it is gone) and then the
 // NetworkPolicy.
 func WatchdogMain(args []string) int {
+	closeInheritedFDs()
 	if len(args) != 1 {
 		fmt.Fprintln(os.Stderr, "moat: kubernetes watchdog: want one argument")
 		return 125
