@@ -67,9 +67,10 @@ type initConfig struct {
 // InitMain is pid 1 of the sandbox.
 func InitMain(args []string) int {
 	// Only the fds named above may survive into the sandbox: whatever
-	// moat itself inherited without close-on-exec goes now, before the
-	// runtime opens anything of its own.
-	unix.CloseRange(initExeFD+1, ^uint(0), 0)
+	// moat itself inherited without close-on-exec goes now. Not the
+	// runtime's own (its netpoller's, opened during package
+	// initialisation when a package touches it): those are close-on-exec.
+	initkit.CloseInherited(initExeFD + 1)
 	unix.CloseOnExec(initCtlFD)
 	ctl, err := initkit.NewConn(initCtlFD)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/boundary/internal/initkit"
 	"github.com/moat-sandbox/moat/boundary/seccomp"
 )
 
@@ -48,7 +49,7 @@ func StageMain(args []string) int {
 	if len(args) == 1 {
 		nrules, _ = strconv.Atoi(args[0])
 	}
-	unix.CloseRange(uint(stageRuleFD+max(nrules, 0)), ^uint(0), 0)
+	initkit.CloseInherited(stageRuleFD + max(nrules, 0)) // not the runtime's own fds
 	report := func(code int, err error) int {
 		b, _ := json.Marshal(stageReport{Code: code, Err: err.Error()})
 		unix.Write(stageErrFD, b)
