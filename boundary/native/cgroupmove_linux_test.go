@@ -1,13 +1,17 @@
 package native
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
@@ -83,5 +87,34 @@ func TestRootInitBornInCgroupsThreadsBack(t *testing.T) {
 	// (Pdeathsig): the cgroups are removed after it is released.
 	if err := sb.Terminate(); err != nil {
 		t.Fatalf("Terminate: %v", err)
+	}
+}
+
+// An init that dies before it is ready ends Prepare with an error at
+// once: the supervisor held its copy of the init's end of the control
+// channel until Prepare returned, so the channel never ended and Prepare
+// waited for "ready" until its context's deadline (for ever in moat
+// sandbox create: 50 sandboxes stuck in Confirming). Control: the same
+// fixture prepares when the init is left alone.
+func TestRootInitDiedBeforeReady(t *testing.T) {
+	testenv.NeedRoot(t)
+	f := newFixture(t)
+	f.prepare(t) // control
+	testAfterInitStart = func(pid int) { syscall.Kill(pid, syscall.SIGKILL) }
+	t.Cleanup(func() { testAfterInitStart = nil })
+	be, err := boundary.Lookup(Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	sb, err := be.Prepare(ctx, boundary.Spec{RunID: "test-dead-" + strconv.Itoa(os.Getpid()), Policy: f.pol, StateDir: t.TempDir()})
+	if err == nil {
+		sb.Terminate()
+		t.Fatal("Prepare succeeded with its init killed")
+	}
+	if ctx.Err() != nil || !strings.Contains(err.Error(), "init") {
+		t.Fatalf("Prepare with its init killed: %v after %v, want the init's end reported before the deadline", err, time.Since(t0).Round(time.Millisecond))
 	}
 }

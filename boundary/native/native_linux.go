@@ -41,6 +41,10 @@ var testNoSeccomp bool
 // the init is moved into its cgroups.
 var testBeforeCgroupAdd func()
 
+// testAfterInitStart, set only by this package's tests, runs with the
+// init's host pid once it is started.
+var testAfterInitStart func(pid int)
+
 type backend struct{}
 
 func (backend) Name() string { return Name }
@@ -256,11 +260,22 @@ func (sb *sandbox) startInit(ctx context.Context, cfg *initConfig, hostUID, host
 	}
 	// startOwned changes the forking thread's ids: StartLocked's thread
 	// is the sandbox's own.
-	if err := initkit.StartLocked(start, sb.release); err != nil {
+	err = initkit.StartLocked(start, sb.release)
+	// The init has its own copy of its end of the control channel: this
+	// one is closed now, so that the init's end (its exit before it is
+	// ready included) reaches readCtl as the channel's end. Held until
+	// startInit returned, it kept a supervisor whose init had died
+	// waiting for "ready" for ever (seen with 50 sandboxes created at
+	// once, stuck in Confirming).
+	child.Close()
+	if err != nil {
 		close(sb.initDone)
 		return fmt.Errorf("native: starting the sandbox init: %w", err)
 	}
 	sb.cmd = cmd
+	if testAfterInitStart != nil {
+		testAfterInitStart(cmd.Process.Pid)
+	}
 	// The reaper removes nothing of this run before the sandbox's PID
 	// namespace is empty (its init gone).
 	sb.reaper.WaitFor(cmd.Process.Pid)
