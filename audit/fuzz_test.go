@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,8 +22,9 @@ var (
 	fuzzErr      error
 )
 
-// fuzzSeeds builds, once, two complete journals with fuzzKey and a fixed
-// clock: every record type, and the shortest possible run.
+// fuzzSeeds builds, once, three complete journals with fuzzKey and a
+// fixed clock: every record type, the shortest possible run, and a run
+// with lockfile digests and reloads.
 func fuzzSeeds(tb testing.TB) [][]byte {
 	fuzzOnce.Do(func() {
 		base, err := os.MkdirTemp("", "audit-fuzz-")
@@ -33,7 +35,15 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 		defer os.RemoveAll(base)
 		clock := time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
 		tick := func() time.Time { clock = clock.Add(1500 * time.Microsecond); return clock }
-		for i, recs := range [][]Record{sampleRecords(), nil} {
+		// The third: lockfile digests in run.started, and reloads (one
+		// applied, one refused) that the verifier follows.
+		a, b := strings.Repeat("a", 64), strings.Repeat("b", 64)
+		lock := []PackageLockfile{{Kind: "npm", Path: "/w/package-lock.json", SHA256: a, Pins: 2, Trust: "pinned"}}
+		reloads := []Record{sampleRecords()[0],
+			PackageReload{Requester: "uid 0 pid 7", Outcome: ReloadApplied, Lockfiles: []PackageLockfileChange{{Kind: "npm", Path: "/w/package-lock.json", OldSHA256: a, SHA256: b, Pins: 3, Trust: "pinned"}}},
+			PackageReload{Requester: "uid 0 pid 8", Outcome: ReloadRefused, Reason: "lockfile_invalid", Detail: "bad",
+				Lockfiles: []PackageLockfileChange{{Kind: "npm", Path: "/w/package-lock.json", OldSHA256: b, SHA256: a, Trust: "pinned"}}}}
+		for i, recs := range [][]Record{sampleRecords(), nil, reloads} {
 			dir := filepath.Join(base, string(rune('a'+i)))
 			os.Mkdir(dir, 0o700)
 			w, err := create(dir, "fuzz-run", fuzzKey, tick)
@@ -41,7 +51,11 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 				fuzzErr = err
 				return
 			}
-			all := append(append([]Record{runStarted(w)}, recs...), RunTerminated{Reason: ReasonCompleted})
+			rs := runStarted(w)
+			if i == 2 {
+				rs.Lockfiles = lock
+			}
+			all := append(append([]Record{rs}, recs...), RunTerminated{Reason: ReasonCompleted})
 			for _, r := range all {
 				if _, err := w.Append(r); err != nil {
 					fuzzErr = err
