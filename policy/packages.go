@@ -288,7 +288,7 @@ func (e *Egress) explainPackages() []string {
 		if g.LockfileTrust == TrustWorkspace {
 			trust = "lockfile_trust workspace: the workload controls what is admitted"
 		}
-		out = append(out, fmt.Sprintf("egress.packages %s: GET at /pkg/%s/ of only the names, versions and digests pinned by %s (read once at start, no symlinks; %s), fetched from %s over TLS; publish and other methods refused; at most %d requests",
+		out = append(out, fmt.Sprintf("egress.packages %s: GET at /pkg/%s/ of only the names, versions and digests pinned by %s (read once at start, again only on moat sandbox reload-lockfiles; no symlinks; %s), fetched from %s over TLS; publish and other methods refused; at most %d requests",
 			g.Kind, g.Kind, strings.Join(g.Lockfiles, ", "), trust, g.Upstream, g.MaxRequests))
 	}
 	return out
