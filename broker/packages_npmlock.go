@@ -24,6 +24,10 @@ type NPMPin struct {
 	TarballPath string
 	Integrity   [sha512.Size]byte
 	Lockfile    string // the lockfile that pins it
+	// HasInstallScript is the lockfile's hasInstallScript: the packument
+	// moat serves says so, and npm then runs the install scripts of the
+	// verified tarball's package.json (never the upstream metadata's).
+	HasInstallScript bool
 }
 
 // IntegrityString is the pin in npm's SRI form ("sha512-<base64>").
@@ -56,6 +60,8 @@ type npmLockEntry struct {
 	Integrity string `json:"integrity"`
 	Link      bool   `json:"link"`
 	InBundle  bool   `json:"inBundle"`
+
+	HasInstallScript bool `json:"hasInstallScript"`
 }
 
 // ParseNPMLockfile reads the pins of a package-lock.json (lockfileVersion
@@ -132,7 +138,7 @@ func ParseNPMLockfile(name string, data []byte) ([]NPMPin, error) {
 		if msg := checkNPMVersion(e.Version); msg != "" {
 			return nil, fmt.Errorf("%s: packages[%q]: %s", name, key, msg)
 		}
-		p := NPMPin{Name: pkg, Version: e.Version, Resolved: e.Resolved, TarballPath: u.EscapedPath(), Lockfile: name}
+		p := NPMPin{Name: pkg, Version: e.Version, Resolved: e.Resolved, TarballPath: u.EscapedPath(), Lockfile: name, HasInstallScript: e.HasInstallScript}
 		if u.User != nil || u.RawQuery != "" || u.Fragment != "" || !strings.HasSuffix(p.TarballPath, ".tgz") ||
 			!strings.Contains(p.TarballPath, "/"+pkg+npmTarballSep) || checkPath(p.TarballPath) != nil {
 			return nil, fmt.Errorf("%s: packages[%q]: resolved %q is not a registry tarball URL of %s (…/%s/-/….tgz)", name, key, e.Resolved, pkg, pkg)
@@ -147,6 +153,7 @@ func ParseNPMLockfile(name string, data []byte) ([]NPMPin, error) {
 			if out[j].Integrity != sum {
 				return nil, fmt.Errorf("%s: %s is pinned twice with different integrity", name, id)
 			}
+			out[j].HasInstallScript = out[j].HasInstallScript || e.HasInstallScript
 			continue
 		}
 		seen[id] = len(out)

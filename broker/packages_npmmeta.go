@@ -10,7 +10,7 @@ import "encoding/json"
 // reading the package.json inside the tarball ("manifest confusion"), so
 // an upstream that kept the pinned tarball intact could still run code
 // through the metadata. The tarball's own scripts are still run:
-// hasInstallScript is set on every version, which makes npm read them
+// hasInstallScript is the lockfile's, and when it is set npm reads them
 // from the package.json of the verified tarball once it is extracted.
 var npmManifestKeys = []string{
 	"name", "version", "dependencies", "optionalDependencies", "peerDependencies", "peerDependenciesMeta",
@@ -18,8 +18,9 @@ var npmManifestKeys = []string{
 }
 
 // npmManifest is the version object served for a pinned version: the
-// upstream's npmManifestKeys, moat's dist and hasInstallScript.
-func npmManifest(v map[string]json.RawMessage, dist json.RawMessage) map[string]json.RawMessage {
+// upstream's npmManifestKeys, moat's dist, and the lockfile's
+// hasInstallScript.
+func npmManifest(v map[string]json.RawMessage, dist json.RawMessage, hasInstallScript bool) map[string]json.RawMessage {
 	out := make(map[string]json.RawMessage, len(npmManifestKeys)+2)
 	for _, k := range npmManifestKeys {
 		if raw, ok := v[k]; ok {
@@ -27,7 +28,9 @@ func npmManifest(v map[string]json.RawMessage, dist json.RawMessage) map[string]
 		}
 	}
 	out["dist"] = dist
-	out["hasInstallScript"] = json.RawMessage("true")
+	if hasInstallScript {
+		out["hasInstallScript"] = json.RawMessage("true")
+	}
 	return out
 }
 

@@ -112,8 +112,8 @@ const confusedPackument = `{"name":"hooked","dist-tags":{"latest":"1.0.0"},"vers
 // packument's manifest, not of the tarball's package.json, so a packument
 // whose pinned version names scripts the pinned tarball lacks ran them
 // although the tarball's digest matched. The served manifest keeps only
-// resolution fields and bin, with hasInstallScript set so that npm runs
-// the verified tarball's own scripts (the positive control).
+// resolution fields and bin, with the lockfile's hasInstallScript, so
+// that npm runs the verified tarball's own scripts (the positive control).
 func TestRedteamNPMManifestConfusion(t *testing.T) {
 	f := newNPMRedteam(t)
 	f.reg.files["/hooked"] = []byte(confusedPackument)
@@ -135,6 +135,14 @@ func TestRedteamNPMManifestConfusion(t *testing.T) {
 	}
 	if string(v["hasInstallScript"]) != "true" || string(v["bin"]) != `{"hooked":"cli.js"}` || string(v["name"]) != `"hooked"` {
 		t.Errorf("the served manifest lost what npm needs: %s", r.body)
+	}
+	// A package the lockfile does not mark hasInstallScript is served
+	// without it, whatever the upstream says: npm then runs no script.
+	lp := newNPMFixture(t)
+	lp.reg.files["/left-pad"] = []byte(`{"name":"left-pad","versions":{"1.3.0":{"name":"left-pad","version":"1.3.0","hasInstallScript":true,` +
+		`"scripts":{"postinstall":"node -e \"require('fs').writeFileSync('PWNED','x')\""}}}}`)
+	if r := lp.harness(t).raw(pkgGet("/pkg/npm/left-pad")); r.status != 200 || strings.Contains(r.body, "hasInstallScript") || strings.Contains(r.body, "PWNED") {
+		t.Errorf("left-pad packument: %d %s", r.status, r.body)
 	}
 	f.mu.Lock()
 	accept := f.accepts[len(f.accepts)-1]
