@@ -375,7 +375,7 @@ func TestPackagesGoProxy(t *testing.T) {
 	}
 	mu.Lock()
 	for _, s := range seen {
-		if !strings.HasSuffix(s, "pre-effect=true") || strings.Contains(s, "dem0") {
+		if !strings.HasSuffix(s, "pre-effect=true") || strings.Contains(s, "dem0") || strings.Contains(s, "uv_pkg-2.1") {
 			t.Errorf("the proxy saw %q", s)
 		}
 	}
@@ -413,13 +413,45 @@ pd() { # label requirements
 }
 pd pinned req-good.txt
 pd tampered req-bad.txt
+pd uvlock req-uv.txt
+pd uvnewer req-uvnewer.txt
 pip download --no-cache-dir --no-deps --disable-pip-version-check --retries 0 -d /tmp/dl-squat dem0-pkg >/tmp/squat.log 2>&1 && echo "squat downloaded" || echo "squat refused"
 `
+
+// namedWheel is a pure-Python wheel of dist (a module of the same name)
+// at version.
+func namedWheel(t *testing.T, dist, version string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	z := zip.NewWriter(&b)
+	info := dist + "-" + version + ".dist-info/"
+	files := [][2]string{
+		{dist + "/__init__.py", "VALUE = " + strconv.Quote(version) + "\n"},
+		{info + "METADATA", "Metadata-Version: 2.1\nName: " + strings.ReplaceAll(dist, "_", "-") + "\nVersion: " + version + "\n"},
+		{info + "WHEEL", "Wheel-Version: 1.0\nGenerator: moat-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
+	}
+	var record strings.Builder
+	for _, f := range files {
+		w, _ := z.Create(f[0])
+		w.Write([]byte(f[1]))
+		sum := sha256.Sum256([]byte(f[1]))
+		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", f[0], base64.RawURLEncoding.EncodeToString(sum[:]), len(f[1]))
+	}
+	record.WriteString(info + "RECORD,,\n")
+	w, _ := z.Create(info + "RECORD")
+	w.Write([]byte(record.String()))
+	if err := z.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
 
 // TestPackagesPyPI: pip download --require-hashes inside a native
 // sandbox (PIP_INDEX_URL set by moat) gets the pinned wheel through
 // /pkg/pypi from a local TLS index; a tampered wheel and an unpinned
-// name are refused in the same run.
+// name are refused in the same run. A uv.lock is a lockfile of the same
+// grant: the wheel it pins is served, a newer version of that package
+// (on the index, not in the lock) is not.
 func TestPackagesPyPI(t *testing.T) {
 	_, err := exec.LookPath("pip")
 	testenv.Need(t, err == nil, "pip is not installed")
@@ -440,6 +472,12 @@ func TestPackagesPyPI(t *testing.T) {
 		"/simple/other-pkg/":                    []byte(`<html><body><a href="/files/other_pkg-1.0-py3-none-any.whl#sha256=` + bad + `">other_pkg-1.0-py3-none-any.whl</a></body></html>`),
 		"/simple/dem0-pkg/":                     []byte(`<html><body><a href="/files/demo_pkg-1.0-py3-none-any.whl#sha256=` + good + `">x</a></body></html>`),
 	}
+	uv20, uv21 := namedWheel(t, "uv_pkg", "2.0"), namedWheel(t, "uv_pkg", "2.1")
+	hexSum := func(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
+	files["/files/uv_pkg-2.0-py3-none-any.whl"] = uv20
+	files["/files/uv_pkg-2.1-py3-none-any.whl"] = uv21
+	files["/simple/uv-pkg/"] = []byte(`<html><body><a href="/files/uv_pkg-2.0-py3-none-any.whl#sha256=` + hexSum(uv20) + `">uv_pkg-2.0-py3-none-any.whl</a>` +
+		`<a href="/files/uv_pkg-2.1-py3-none-any.whl#sha256=` + hexSum(uv21) + `">uv_pkg-2.1-py3-none-any.whl</a></body></html>`)
 	var mu sync.Mutex
 	var seen []string
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -458,6 +496,36 @@ func TestPackagesPyPI(t *testing.T) {
 	goodReq, badReq := filepath.Join(ws, "req-good.txt"), filepath.Join(ws, "req-bad.txt")
 	writeFile(t, goodReq, "demo-pkg==1.0 --hash=sha256:"+good+"\n")
 	writeFile(t, badReq, "other-pkg==1.0 --hash=sha256:"+bad+"\n")
+	// The workload's requirements for the uv.lock's package (the grant
+	// admits by the uv.lock, not by these).
+	writeFile(t, filepath.Join(ws, "req-uv.txt"), "uv-pkg==2.0 --hash=sha256:"+hexSum(uv20)+"\n")
+	writeFile(t, filepath.Join(ws, "req-uvnewer.txt"), "uv-pkg==2.1 --hash=sha256:"+hexSum(uv21)+"\n")
+	uvDir := filepath.Join(e.dir, "uvproject")
+	os.MkdirAll(uvDir, 0o755)
+	uvLock := filepath.Join(uvDir, "uv.lock")
+	writeFile(t, uvLock, `version = 1
+revision = 2
+requires-python = ">=3.8"
+
+[[package]]
+name = "app"
+version = "0.1.0"
+source = { editable = "." }
+dependencies = [
+    { name = "uv-pkg" },
+]
+
+[package.metadata]
+requires-dist = [{ name = "uv-pkg", specifier = "==2.0" }]
+
+[[package]]
+name = "uv-pkg"
+version = "2.0"
+source = { registry = "https://pypi.org/simple" }
+wheels = [
+    { url = "https://files.pythonhosted.org/packages/00/00/uv_pkg-2.0-py3-none-any.whl", hash = "sha256:`+hexSum(uv20)+`", size = `+strconv.Itoa(len(uv20))+`, upload-time = "2026-01-01T00:00:00Z" },
+]
+`)
 	ca := filepath.Join(e.dir, "ca.pem")
 	writeFile(t, ca, caPEM)
 	pol := e.policy(fmt.Sprintf(`egress:
@@ -465,9 +533,9 @@ func TestPackagesPyPI(t *testing.T) {
     - kind: pypi
       upstream: https://127.0.0.2:%s
       ca_file: %s
-      lockfiles: [%s, %s]
+      lockfiles: [%s, %s, %s]
       lockfile_trust: workspace
-`, port, ca, goodReq, badReq))
+`, port, ca, goodReq, badReq, uvLock))
 	writeFile(t, pol, strings.Replace(readFile(t, pol), "env: {PATH: /usr/bin:/bin}",
 		fmt.Sprintf("env: {PATH: /usr/bin:/bin, WS: %s}", ws), 1))
 	cmd := exec.Command(bin, "run", "--policy", pol, "--", "/bin/sh", "-c", pypiScript)
@@ -477,18 +545,19 @@ func TestPackagesPyPI(t *testing.T) {
 	cmd.Stdout, cmd.Stderr = &so, &se
 	cmd.Run()
 	r := result{so.String(), se.String(), cmd.ProcessState.ExitCode()}
-	for _, want := range []string{"pinned downloaded demo_pkg-1.0-py3-none-any.whl\n", "tampered refused\n", "squat refused\n"} {
+	for _, want := range []string{"pinned downloaded demo_pkg-1.0-py3-none-any.whl\n", "tampered refused\n", "squat refused\n",
+		"uvlock downloaded uv_pkg-2.0-py3-none-any.whl\n", "uvnewer refused\n"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("missing %q in the workload's output", want)
 		}
 	}
 	mu.Lock()
 	for _, s := range seen {
-		if !strings.HasSuffix(s, "pre-effect=true") || strings.Contains(s, "dem0") {
+		if !strings.HasSuffix(s, "pre-effect=true") || strings.Contains(s, "dem0") || strings.Contains(s, "uv_pkg-2.1") {
 			t.Errorf("the index saw %q", s)
 		}
 	}
-	if !slices.Contains(seen, "GET /files/demo_pkg-1.0-py3-none-any.whl pre-effect=true") {
+	if !slices.Contains(seen, "GET /files/demo_pkg-1.0-py3-none-any.whl pre-effect=true") || !slices.Contains(seen, "GET /files/uv_pkg-2.0-py3-none-any.whl pre-effect=true") {
 		t.Errorf("the index saw %v, want the pinned wheel", seen)
 	}
 	mu.Unlock()
