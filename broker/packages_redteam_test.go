@@ -1,5 +1,72 @@
 package broker
 
+// Red team of the lockfile-bound package route (issue 19): /pkg/npm,
+// /pkg/pypi and /pkg/goproxy attacked from the workload (every request
+// byte), from a malicious upstream (metadata, artifact bytes, redirects,
+// encodings, sizes), across runs and while moat starts. Findings, each
+// fixed with its test here (or in sandbox/packages_redteam_test.go and
+// e2e/packages_redteam_test.go):
+//
+//   - npm manifest confusion: the packument's scripts of a pinned version
+//     ran although the tarball matched (TestRedteamNPMManifestConfusion);
+//   - a small module zip inflating to 512 MiB per file was read whole into
+//     memory (TestRedteamGoZipBomb);
+//   - zip entries with symlink modes matched go.sum (TestRedteamGoZipSymlink);
+//   - "-rfile" / "--requirem f" includes were skipped silently
+//     (TestRedteamRequirementsInclude);
+//   - pip's %2B (local version) was refused, epoch pins too
+//     (TestRedteamPyPILocalVersion);
+//   - a FIFO in a lockfile's place blocked the read (sandbox).
+//
+// Attacks that did not work, and why the code holds (TestRedteamHeld
+// keeps several of them):
+//
+//   - dot segments, %2e%2e, %2f, %252f, "//", "\", ?query under /pkg/: the
+//     front refuses every '%' but %21, %2B and npm's "@scope%2f" (each the
+//     path character it stands for), dot and empty segments, backslashes.
+//   - case folding (Left-Pad, LEFT-PAD, /pkg/NPM/): names, kinds and paths
+//     are looked up exactly; the upstream is asked only for the lockfile's
+//     canonical path. PEP 503 Foo_Bar: refused as not normalized (pip
+//     sends foo-bar). Go !a escapes: decoded strictly, an upper-case byte
+//     or a bad '!' refused; the upstream path is re-escaped from go.sum.
+//   - tarball URL in a packument (other host, other package, same host other
+//     path), a different dist.integrity algorithm: dist is replaced by the
+//     lockfile's path and sha512; tarballs are fetched only at the pinned
+//     path and checked against the lockfile's sha512.
+//   - a packument or index page listing another version at the pinned file:
+//     npm keeps only versions whose key and "version" equal the pin; PyPI
+//     files are bound to the pinned sha256 and to the index page of their
+//     own name; go .info/list come from go.sum, never the upstream.
+//   - weak hashes: an md5/sha1 --hash refuses the requirements file; npm
+//     integrity needs exactly one sha512; go.sum only h1. A go.sum with
+//     only /go.mod lines for a version: its .zip is refused unfetched.
+//   - zip with extra files or traversal names matching go.sum: h1 covers
+//     every name and content (a newline in a name refused, duplicates
+//     refused), so such a zip matches only a go.sum that pinned it.
+//   - huge or infinite metadata, gzip bombs via Content-Encoding: every
+//     response is capped at 64 MiB after decoding and charged to the
+//     memory budget; at most 4 codings; PackageTimeout bounds the time.
+//   - HEAD, PUT/DELETE/POST, X-HTTP-Method-Override, Range, If-None-Match:
+//     only GET is served and the upstream request carries moat's own
+//     headers only (no workload header is forwarded), always a whole GET.
+//   - upstream redirects (to 127.0.0.1, metadata addresses, another host):
+//     never followed (package_upstream_status, nothing fetched there); the
+//     upstream's own address goes through the SSRF guard (loopback refused
+//     with package_address_refused, after the pre-effect record).
+//   - PyPI links to another host, http, userinfo, a host with a port: only
+//     https links whose host equals upstream or files_upstream are kept.
+//   - caching of a refused artifact: the broker caches nothing; a refused
+//     tarball is never served, so no client caches it.
+//   - fetch before the journal: every fetch appends package.requested
+//     durably first and sends it as Moat-Pre-Effect (the fake registries
+//     verify each line); .info and list are answered from go.sum unfetched.
+//   - lockfile symlinks and TOCTOU: openat2 RESOLVE_NO_SYMLINKS, one read,
+//     sha256 and parse of the same bytes; a lockfile edited during the run
+//     admits nothing new (pins read once).
+//   - a workload request that makes the upstream fetch unpinned data: each
+//     fetch path is the lockfile's (npm), /simple/<pinned name>/ (PyPI),
+//     re-escaped go.sum module@version (go); no workload byte reaches it.
+
 import (
 	"archive/tar"
 	"archive/zip"
@@ -18,6 +85,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/moat-sandbox/moat/internal/netguard"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -403,5 +471,121 @@ func TestRedteamGoZipSymlink(t *testing.T) {
 	}
 	if len(reg.bad) > 0 {
 		t.Errorf("requests without a journaled pre-effect line: %v", reg.bad)
+	}
+}
+
+// TestRedteamHeld keeps the attacks that did not work (see the list at
+// the top of this file) from starting to: each with its positive control
+// in the same broker.
+func TestRedteamHeld(t *testing.T) {
+	f := newNPMFixture(t)
+	var mu sync.Mutex
+	var hdrs []http.Header
+	redirect := ""
+	elsewhere := newTLSRegistry(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hdrs = append(hdrs, http.Header{"Elsewhere": {r.URL.Path}})
+		mu.Unlock()
+		w.Write(f.tgz["left-pad@1.3.0"])
+	}))
+	f.reg.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hdrs = append(hdrs, r.Header.Clone())
+		to := redirect
+		mu.Unlock()
+		if to != "" {
+			http.Redirect(w, r, to, http.StatusFound)
+			return
+		}
+		f.reg.ServeHTTP(w, r)
+	})
+	h := f.harness(t)
+	tgz := "/pkg/npm/left-pad/-/left-pad-1.3.0.tgz"
+	// Positive control, then the same request with a method override and
+	// a Range: a whole GET goes upstream with moat's headers only.
+	for _, extra := range []string{"", "X-HTTP-Method-Override: PUT\r\nX-Method-Override: DELETE\r\nRange: bytes=0-1\r\nIf-None-Match: *\r\n"} {
+		r := h.raw("GET " + tgz + " HTTP/1.1\r\nHost: 127.0.0.1\r\n" + extra + "Connection: close\r\n\r\n")
+		if r.status != 200 || r.body != string(f.tgz["left-pad@1.3.0"]) {
+			t.Fatalf("pinned tarball (%q): %d %s", extra, r.status, r.body)
+		}
+	}
+	mu.Lock()
+	for _, hd := range hdrs {
+		for _, k := range []string{"X-Http-Method-Override", "X-Method-Override", "Range", "If-None-Match"} {
+			if hd.Get(k) != "" {
+				t.Errorf("the upstream got the workload's %s", k)
+			}
+		}
+	}
+	hdrs = nil
+	mu.Unlock()
+	for _, c := range []struct {
+		in     string
+		status int
+		reason Reason
+	}{
+		{"HEAD " + tgz + " HTTP/1.1\r\nHost: x\r\n\r\n", 405, ReasonMethod},
+		{pkgGet("/pkg/npm/left-pad/-/../-/left-pad-1.3.0.tgz"), 400, ReasonPathTrick},
+		{pkgGet("/pkg/npm/left-pad/-/%2e%2e/left-pad-1.3.0.tgz"), 400, ReasonPathTrick},
+		{pkgGet("/pkg/npm/left-pad%2f-%2fleft-pad-1.3.0.tgz"), 400, ReasonPathTrick},
+		{pkgGet("/pkg/npm/left-pad/-/left-pad-1.3.0.tgz%252f"), 400, ReasonPathTrick},
+		{pkgGet("/pkg/npm//left-pad"), 400, ReasonPathTrick},
+		{pkgGet("/pkg/npm/left-pad/-/left-pad-1.3.0.tgz?x=1"), 400, ReasonQuery},
+		{pkgGet("/pkg/npm/Left-Pad/-/left-pad-1.3.0.tgz"), 404, ReasonPackageNotPinned},
+		{pkgGet("/pkg/npm/LEFT-PAD"), 404, ReasonPackageNotPinned},
+		{pkgGet("/pkg/npm/left-pad/-/left-pad-1.3.0.tgz/"), 404, ReasonPackageVersion},
+		{pkgGet("/pkg/npm/left-pad/-/left-pad-1.3.00.tgz"), 404, ReasonPackageVersion},
+		{pkgGet("/pkg/NPM/left-pad"), 404, ReasonPackageUnknownKind},
+	} {
+		if r := h.raw(c.in); r.status != c.status || r.header.Get("Moat-Reason") != string(c.reason) {
+			t.Errorf("%q: %d %s, want %d %s", c.in, r.status, r.body, c.status, c.reason)
+		}
+	}
+	mu.Lock()
+	if len(hdrs) != 0 {
+		t.Errorf("refused requests reached the upstream: %v", hdrs)
+	}
+	// An upstream redirect (here to another host with the pinned bytes)
+	// is not followed: nothing is fetched there, nothing served.
+	redirect = elsewhere.URL + "/left-pad-1.3.0.tgz"
+	mu.Unlock()
+	r := h.raw(pkgGet(tgz))
+	if r.status != 502 || r.header.Get("Moat-Reason") != string(ReasonPackageUpstream) || !strings.Contains(r.body, "redirects are not followed") {
+		t.Errorf("redirected tarball: %d %s", r.status, r.body)
+	}
+	mu.Lock()
+	for _, hd := range hdrs {
+		if hd.Get("Elsewhere") != "" {
+			t.Errorf("the redirect was followed to %s", hd.Get("Elsewhere"))
+		}
+	}
+	redirect = ""
+	mu.Unlock()
+
+	// The SSRF guard as moat runs it: the registry on 127.0.0.1 is not
+	// dialled; the refusal is journaled after the pre-effect record, with
+	// the address's reason.
+	fp := newFakeProvider(t, false)
+	strict := startBroker(t, fp, testPolicy(fp.srv.URL, 10), nil, func(c *Config) {
+		pk, err := NewPackages(PackagesConfig{
+			Grants:  []policy.PackageGrant{{Kind: policy.PackageNPM, Upstream: f.reg.srv.URL, Lockfiles: []string{f.lockfile}, LockfileTrust: policy.TrustPinned, MaxRequests: 100}},
+			NPM:     f.pins,
+			BaseURL: "http://127.0.0.1:1",
+			Dial:    netguard.New().DialContext, RootCAs: f.reg.pool()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Packages = pk
+	})
+	n := len(f.reg.requests())
+	r = strict.raw(pkgGet(tgz))
+	if r.status != 502 || r.header.Get("Moat-Reason") != string(ReasonPackageAddress) || !strings.Contains(r.body, netguard.ReasonLoopback) {
+		t.Errorf("loopback upstream under the strict guard: %d %s", r.status, r.body)
+	}
+	if got := len(f.reg.requests()); got != n {
+		t.Errorf("the strict guard let %d requests through", got-n)
+	}
+	if rq, fl := strict.records("package.requested"), strict.records("package.failed"); len(rq) != 1 || len(fl) != 1 || fl[0]["reason"] != string(ReasonPackageAddress) {
+		t.Errorf("journal: requested %v failed %v", rq, fl)
 	}
 }
