@@ -94,12 +94,9 @@ func (s *sandbox) start(ctx context.Context, argv []string, p boundary.Process) 
 		defer close(pr.done)
 		defer cancel()
 		err := exe.StreamWithContext(sctx, opts)
-		var ce utilexec.CodeExitError
-		switch {
-		case err == nil:
-			pr.code = 0
-		case errors.As(err, &ce):
-			pr.code = ce.ExitStatus()
+		switch code := exitCode(err); {
+		case code >= 0:
+			pr.code = code
 		default:
 			pr.code, pr.err = boundary.ExitRefused, fmt.Errorf("kubernetes exec: %w", err)
 			select {
@@ -174,4 +171,17 @@ func (p *proc) Signal(sig os.Signal) error {
 		}
 	}
 	return err
+}
+
+// exitCode is the remote command's exit code from a stream's error: 0
+// for nil, the code of an exit error, -1 when the stream itself failed.
+func exitCode(err error) int {
+	var ce utilexec.CodeExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ce):
+		return ce.ExitStatus()
+	}
+	return -1
 }

@@ -150,6 +150,9 @@ func (b *backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.San
 		return nil, err
 	}
 	go s.watch()
+	if s.cfg != nil {
+		s.waitConfined(ctx)
+	}
 	return s, nil
 }
 

@@ -45,6 +45,7 @@ var hidden = []reexec.Helper{
 	{Name: kubernetes.PauseHelper, Main: kubernetes.PauseMain},   // the container's main process
 	{Name: kubernetes.StageHelper, Main: kubernetes.StageMain},   // env, dir and moat's seccomp filter in front of each exec
 	{Name: kubernetes.SignalHelper, Main: kubernetes.SignalMain}, // a signal to a process a stage started
+	{Name: kubernetes.DialHelper, Main: kubernetes.DialMain},     // Prepare's wait for the NetworkPolicy to take effect
 	// The kubernetes backend, on the host: removes the Pod and NetworkPolicy if their supervisor dies.
 	{Name: kubernetes.WatchdogHelper, Main: kubernetes.WatchdogMain},
 
