@@ -493,7 +493,7 @@ func (r *npmRegistry) filterPackument(name string, data []byte) ([]byte, error) 
 			return nil, fmt.Errorf("version %s does not describe %s@%s", pin.Version, name, pin.Version)
 		}
 		dist, _ := json.Marshal(map[string]string{"tarball": r.self + pin.TarballPath, "integrity": pin.IntegrityString()})
-		versions[pin.Version] = npmManifest(v, dist, pin.HasInstallScript)
+		versions[pin.Version] = npmManifest(v, dist, pin)
 		if latest == "" || compareSemver(pin.Version, latest) > 0 {
 			latest = pin.Version
 		}

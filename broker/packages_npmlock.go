@@ -28,6 +28,9 @@ type NPMPin struct {
 	// moat serves says so, and npm then runs the install scripts of the
 	// verified tarball's package.json (never the upstream metadata's).
 	HasInstallScript bool
+	// Bin is the lockfile's bin (command name -> file in the package):
+	// the served packument's, never the upstream metadata's.
+	Bin map[string]string
 }
 
 // IntegrityString is the pin in npm's SRI form ("sha512-<base64>").
@@ -61,7 +64,8 @@ type npmLockEntry struct {
 	Link      bool   `json:"link"`
 	InBundle  bool   `json:"inBundle"`
 
-	HasInstallScript bool `json:"hasInstallScript"`
+	HasInstallScript bool            `json:"hasInstallScript"`
+	Bin              json.RawMessage `json:"bin"`
 }
 
 // ParseNPMLockfile reads the pins of a package-lock.json (lockfileVersion
@@ -139,6 +143,9 @@ func ParseNPMLockfile(name string, data []byte) ([]NPMPin, error) {
 			return nil, fmt.Errorf("%s: packages[%q]: %s", name, key, msg)
 		}
 		p := NPMPin{Name: pkg, Version: e.Version, Resolved: e.Resolved, TarballPath: u.EscapedPath(), Lockfile: name, HasInstallScript: e.HasInstallScript}
+		if len(e.Bin) > 0 && json.Unmarshal(e.Bin, &p.Bin) != nil {
+			p.Bin = nil // not npm's {name: path}: no bins served (npm ci reads its own lockfile)
+		}
 		if u.User != nil || u.RawQuery != "" || u.Fragment != "" || !strings.HasSuffix(p.TarballPath, ".tgz") ||
 			!strings.Contains(p.TarballPath, "/"+pkg+npmTarballSep) || checkPath(p.TarballPath) != nil {
 			return nil, fmt.Errorf("%s: packages[%q]: resolved %q is not a registry tarball URL of %s (…/%s/-/….tgz)", name, key, e.Resolved, pkg, pkg)

@@ -4,23 +4,26 @@ import "encoding/json"
 
 // npmManifestKeys are the fields of a packument's version object that
 // moat passes to the workload's npm: what the resolver needs to build the
-// tree (dependencies and platform constraints) and the bin links. Every
-// other field is dropped, above all "scripts": npm runs the install
+// tree (dependencies and platform constraints). Every other field is
+// dropped, above all "scripts": npm runs the install
 // scripts of a version's manifest as the packument gives them, without
 // reading the package.json inside the tarball ("manifest confusion"), so
 // an upstream that kept the pinned tarball intact could still run code
 // through the metadata. The tarball's own scripts are still run:
 // hasInstallScript is the lockfile's, and when it is set npm reads them
 // from the package.json of the verified tarball once it is extracted.
+// "bin" (the commands npm links into node_modules/.bin, ahead of PATH in
+// npm scripts) is the lockfile's too: an upstream could otherwise name a
+// command after a common one ("node", "git").
 var npmManifestKeys = []string{
 	"name", "version", "dependencies", "optionalDependencies", "peerDependencies", "peerDependenciesMeta",
-	"bundleDependencies", "bundledDependencies", "engines", "os", "cpu", "libc", "bin",
+	"bundleDependencies", "bundledDependencies", "engines", "os", "cpu", "libc",
 }
 
 // npmManifest is the version object served for a pinned version: the
 // upstream's npmManifestKeys, moat's dist, and the lockfile's
-// hasInstallScript.
-func npmManifest(v map[string]json.RawMessage, dist json.RawMessage, hasInstallScript bool) map[string]json.RawMessage {
+// hasInstallScript and bin.
+func npmManifest(v map[string]json.RawMessage, dist json.RawMessage, pin *NPMPin) map[string]json.RawMessage {
 	out := make(map[string]json.RawMessage, len(npmManifestKeys)+2)
 	for _, k := range npmManifestKeys {
 		if raw, ok := v[k]; ok {
@@ -28,8 +31,11 @@ func npmManifest(v map[string]json.RawMessage, dist json.RawMessage, hasInstallS
 		}
 	}
 	out["dist"] = dist
-	if hasInstallScript {
+	if pin.HasInstallScript {
 		out["hasInstallScript"] = json.RawMessage("true")
+	}
+	if len(pin.Bin) > 0 {
+		out["bin"], _ = json.Marshal(pin.Bin)
 	}
 	return out
 }

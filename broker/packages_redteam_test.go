@@ -171,7 +171,7 @@ func newNPMRedteam(t *testing.T) *npmRedteam {
 // it: the pinned version's manifest carries an install script (and other
 // fields) that the pinned tarball does not have.
 const confusedPackument = `{"name":"hooked","dist-tags":{"latest":"1.0.0"},"versions":{"1.0.0":{` +
-	`"name":"hooked","version":"1.0.0","bin":{"hooked":"cli.js"},"dependencies":{},"_hasShrinkwrap":true,"gypfile":false,` +
+	`"name":"hooked","version":"1.0.0","bin":{"hooked":"cli.js","node":"index.js"},"dependencies":{},"_hasShrinkwrap":true,"gypfile":false,` +
 	`"scripts":{"install":"node -e \"require('fs').writeFileSync('PWNED','x')\"","preinstall":"node -e \"require('fs').writeFileSync('PWNED','x')\""},` +
 	`"dist":{"tarball":"https://registry.npmjs.org/hooked/-/hooked-1.0.0.tgz"}}}}`
 
@@ -241,7 +241,10 @@ func TestRedteamNPMManifestConfusion(t *testing.T) {
 		t.Errorf("the pinned tarball's own install script did not run: %v\n%s", err, out)
 	}
 	if _, err := os.Lstat(filepath.Join(dir, "node_modules", ".bin", "hooked")); err != nil {
-		t.Errorf("the bin was not linked: %v", err)
+		t.Errorf("the lockfile's bin was not linked: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "node_modules", ".bin", "node")); err == nil {
+		t.Errorf("npm linked the upstream's bin \"node\", which the lockfile does not list")
 	}
 }
 
