@@ -473,6 +473,9 @@
 //	deleted        a `moat sandbox` was deleted (0)
 //	terminated     a `moat sandbox` supervisor got SIGTERM, SIGINT or
 //	               SIGHUP (0)
+//	sandbox_lost   the sandbox ended from outside moat while the run
+//	               went on: the kubernetes backend's Pod was deleted,
+//	               evicted or failed (125)
 //
 // These are the TerminalReason constants (ReasonCompleted, …). The
 // verifier checks the record's form and counts, not which reason it

@@ -254,6 +254,9 @@ const (
 	ReasonDeleted TerminalReason = "deleted"
 	// ReasonTerminated: moat got SIGTERM, SIGINT or SIGHUP.
 	ReasonTerminated TerminalReason = "terminated"
+	// ReasonSandboxLost: the sandbox ended from outside moat (a
+	// kubernetes Pod deleted, evicted or failed; boundary.Ending).
+	ReasonSandboxLost TerminalReason = "sandbox_lost"
 )
 
 // Counts summarize a run in its terminal record.

@@ -172,6 +172,15 @@ type OOMCounter interface {
 	OOMKills() (n uint64, ok bool)
 }
 
+// Ending is implemented by a sandbox that can end from outside moat (the
+// kubernetes backend's Pod, deleted, evicted or failed): Ended is closed
+// when it has, and EndReason says how. The run then ends with
+// audit.ReasonSandboxLost.
+type Ending interface {
+	Ended() <-chan struct{}
+	EndReason() string
+}
+
 // ImageFiles is implemented by a sandbox whose files are not the host's
 // files at the same paths (the kubernetes backend: the image's root and
 // emptyDir volumes). When FilesFromImage is true the journal names a

@@ -277,3 +277,64 @@ func TestKubernetesLifecycle(t *testing.T) {
 	}
 	e.moat("sandbox", "delete", "k2")
 }
+
+// TestKubernetesPodDeleted: a Pod deleted from outside moat ends the run
+// with terminal reason sandbox_lost and says so, for moat run and for a
+// moat sandbox alike (get then shows Error with the reason); the journal
+// verifies complete.
+func TestKubernetesPodDeleted(t *testing.T) {
+	c := k8stest.Need(t)
+	e := newEnv(t)
+	ns := c.Namespace(t, "moat-k8s-del")
+	pol := e.k8sPolicy(c, ns)
+	ri := filepath.Join(e.dir, "run-info.json")
+	cmd := e.command("run", "--policy", pol, "--run-info", ri, "--", "/bin/sh", "-c", "echo started; sleep 300")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	if line != "started\n" {
+		t.Fatalf("workload said %q; stderr %s", line, stderr.String())
+	}
+	c.MustRun(t, nil, "-n", ns, "delete", "pods", "-l", "moat.sandbox/run", "--wait=false")
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("moat run still running 2 minutes after its Pod was deleted; stderr %s", stderr.String())
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 125 || !strings.Contains(stderr.String(), "ended from outside moat") {
+		t.Errorf("moat run after its Pod was deleted: exit %d, stderr %s", code, stderr.String())
+	}
+	journal, pub := readRunInfo(t, ri)
+	if v := e.moat("audit", "verify", journal, "--pubkey", pub); v.code != 0 || !strings.Contains(v.stdout, "sandbox_lost") {
+		t.Errorf("journal: %s", v)
+	}
+
+	if r := e.moat("sandbox", "create", "--name", "gone", "--policy", pol); r.code != 0 {
+		t.Fatalf("create: %s", r)
+	}
+	s, _ := e.get("gone")
+	c.MustRun(t, nil, "-n", ns, "delete", "pods", "-l", "moat.sandbox/run", "--wait=false")
+	var g sbState
+	waitFor(t, "get to show the sandbox in Error", 2*time.Minute, func() bool {
+		g, _ = e.get("gone")
+		return g.Phase == "Error"
+	})
+	if !strings.Contains(g.Error, "deleted from outside moat") {
+		t.Errorf("get: error %q", g.Error)
+	}
+	if v := e.moat("audit", "verify", s.Journal, "--pubkey", s.PublicKey); v.code != 0 || !strings.Contains(v.stdout, "sandbox_lost") {
+		t.Errorf("sandbox journal: %s", v)
+	}
+	e.moat("sandbox", "delete", "gone")
+	noneLeft(t, c, ns)
+}

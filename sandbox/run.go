@@ -258,6 +258,15 @@ loop:
 			fmt.Fprintf(o.Stderr, "moat: terminal: %v\n", err)
 		}
 	}
+	if e, ok := s.sb.(boundary.Ending); ok {
+		select {
+		case <-e.Ended():
+			// The sandbox ended from outside moat (a Pod deleted or
+			// evicted) under the workload.
+			return ExitRefused, audit.ReasonSandboxLost, fmt.Errorf("the sandbox ended from outside moat: %s", e.EndReason())
+		default:
+		}
+	}
 	if werr != nil {
 		return ExitRefused, audit.ReasonFailed, fmt.Errorf("waiting for workload: %w", werr)
 	}

@@ -113,6 +113,10 @@ func SupervisorMain(args []string) int {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	go sv.serve(ctx)
 	initGone := watchInit(ctx, state.HostPID)
+	var ended <-chan struct{} // nil: never
+	if e, ok := sess.sb.(boundary.Ending); ok {
+		ended = e.Ended()
+	}
 	reason := audit.ReasonDeleted
 	var lost error
 	select {
@@ -129,6 +133,11 @@ func SupervisorMain(args []string) int {
 		// The sandbox is in Error, its journal closed as failed.
 		reason = audit.ReasonFailed
 		lost = fmt.Errorf("the sandbox ended: its init (host pid %d) exited; a supervisor stopped for longer than process.supervisor_timeout (%s) ends it", state.HostPID, pol.Process.SupervisorWait())
+		fmt.Fprintf(os.Stderr, "moat: supervisor %s: %v\n", name, lost)
+	case <-ended:
+		// The sandbox ended from outside moat (a Pod deleted or evicted).
+		reason = audit.ReasonSandboxLost
+		lost = fmt.Errorf("the sandbox ended from outside moat: %s", sess.sb.(boundary.Ending).EndReason())
 		fmt.Fprintf(os.Stderr, "moat: supervisor %s: %v\n", name, lost)
 	}
 	if lost != nil {

@@ -52,7 +52,7 @@ func (s *sandbox) StartHelper(ctx context.Context, args []string, p boundary.Pro
 func (s *sandbox) start(ctx context.Context, argv []string, p boundary.Process) (boundary.Running, error) {
 	select {
 	case <-s.gone:
-		return nil, fmt.Errorf("the sandbox's Pod is gone: %s", s.GoneReason())
+		return nil, fmt.Errorf("the sandbox's Pod is gone: %s", s.EndReason())
 	default:
 	}
 	if err := ctx.Err(); err != nil {
@@ -94,6 +94,11 @@ func (s *sandbox) start(ctx context.Context, argv []string, p boundary.Process) 
 		defer close(pr.done)
 		defer cancel()
 		err := exe.StreamWithContext(sctx, opts)
+		if code := exitCode(err); code < 0 || code >= 128 {
+			// Killed, or the stream broke: if it is because the Pod
+			// ended from outside, say so before Wait returns.
+			s.checkEnded()
+		}
 		switch code := exitCode(err); {
 		case code >= 0:
 			pr.code = code
@@ -101,7 +106,7 @@ func (s *sandbox) start(ctx context.Context, argv []string, p boundary.Process) 
 			pr.code, pr.err = boundary.ExitRefused, fmt.Errorf("kubernetes exec: %w", err)
 			select {
 			case <-s.gone:
-				pr.err = fmt.Errorf("the sandbox's Pod is gone (%s): %w", s.GoneReason(), err)
+				pr.err = fmt.Errorf("the sandbox's Pod is gone (%s): %w", s.EndReason(), err)
 			default:
 			}
 		}

@@ -353,6 +353,34 @@ func (s *sandbox) follow(w watch.Interface) bool {
 	}
 }
 
+// checkEnded asks the API whether the Pod ended from outside moat (the
+// watch may not have told yet) and records it; not once Terminate runs.
+func (s *sandbox) checkEnded() {
+	select {
+	case <-s.stopWatch:
+		return
+	case <-s.gone:
+		return
+	default:
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pod, err := s.cs.CoreV1().Pods(s.ns).Get(ctx, s.name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		s.ended("the Pod was deleted from outside moat")
+	case err != nil:
+	case pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded:
+		why := "the Pod ended: " + podReason(pod)
+		if pod.Status.Reason == "Evicted" {
+			why = "the Pod was evicted: " + podReason(pod)
+		}
+		s.ended(why)
+	case pod.DeletionTimestamp != nil:
+		s.ended("the Pod is being deleted from outside moat")
+	}
+}
+
 // ended records that the Pod is gone: the broker admits nobody after.
 func (s *sandbox) ended(why string) {
 	s.mu.Lock()
@@ -364,12 +392,12 @@ func (s *sandbox) ended(why string) {
 	s.goneOnce.Do(func() { close(s.gone) })
 }
 
-// Gone is closed when the Pod ended from outside moat (deleted, evicted,
-// failed); GoneReason says how.
-func (s *sandbox) Gone() <-chan struct{} { return s.gone }
+// Ended is closed when the Pod ended from outside moat (deleted,
+// evicted, failed); EndReason says how (boundary.Ending).
+func (s *sandbox) Ended() <-chan struct{} { return s.gone }
 
-// GoneReason says how the Pod ended, or "".
-func (s *sandbox) GoneReason() string {
+// EndReason says how the Pod ended, or "".
+func (s *sandbox) EndReason() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.goneWhy
