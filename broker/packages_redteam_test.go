@@ -8,7 +8,9 @@ package broker
 // e2e/packages_redteam_test.go):
 //
 //   - npm manifest confusion: the packument's scripts of a pinned version
-//     ran although the tarball matched (TestRedteamNPMManifestConfusion);
+//     ran although the tarball matched, and its bin could shadow "node" in
+//     node_modules/.bin (TestRedteamNPMManifestConfusion; scripts dropped,
+//     hasInstallScript and bin taken from the lockfile);
 //   - a small module zip inflating to 512 MiB per file was read whole into
 //     memory (TestRedteamGoZipBomb);
 //   - zip entries with symlink modes matched go.sum (TestRedteamGoZipSymlink);
@@ -76,11 +78,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -591,4 +595,59 @@ func TestRedteamHeld(t *testing.T) {
 	if rq, fl := strict.records("package.requested"), strict.records("package.failed"); len(rq) != 1 || len(fl) != 1 || fl[0]["reason"] != string(ReasonPackageAddress) {
 		t.Errorf("journal: requested %v failed %v", rq, fl)
 	}
+}
+
+// FuzzGoZipHash: the module zip check reads upstream bytes; it never
+// panics, and whenever it accepts a zip its hash is dirhash's over the
+// zip's entries, computed here independently.
+func FuzzGoZipHash(f *testing.F) {
+	for _, files := range [][][2]string{
+		{{"m@v1.0.0/go.mod", "module m\n"}, {"m@v1.0.0/a.go", "package m\n"}},
+		{{"m@v1.0.0/", ""}, {"m@v1.0.0/x", "x"}},
+	} {
+		var buf bytes.Buffer
+		zw := zip.NewWriter(&buf)
+		for _, fl := range files {
+			w, _ := zw.Create(fl[0])
+			w.Write([]byte(fl[1]))
+		}
+		zw.Close()
+		f.Add(buf.Bytes())
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, err := goZipHash(data, 1<<20)
+		if err != nil {
+			return
+		}
+		zr, zerr := zip.NewReader(bytes.NewReader(data), int64(len(data)))
+		if zerr != nil {
+			t.Fatalf("accepted a zip archive/zip cannot read: %v", zerr)
+		}
+		type entry struct{ name, sum string }
+		var es []entry
+		for _, zf := range zr.File {
+			if m := zf.Mode(); m.Type() != 0 && !m.IsDir() {
+				t.Fatalf("accepted entry %q of mode %s", zf.Name, m)
+			}
+			rc, err := zf.Open()
+			if err != nil {
+				t.Fatalf("accepted a zip whose %q does not open: %v", zf.Name, err)
+			}
+			h := sha256.New()
+			_, err = io.Copy(h, rc)
+			rc.Close()
+			if err != nil {
+				t.Fatalf("accepted a zip whose %q does not read: %v", zf.Name, err)
+			}
+			es = append(es, entry{zf.Name, fmt.Sprintf("%x", h.Sum(nil))})
+		}
+		slices.SortFunc(es, func(a, b entry) int { return strings.Compare(a.name, b.name) })
+		sum := sha256.New()
+		for _, e := range es {
+			fmt.Fprintf(sum, "%s  %s\n", e.sum, e.name)
+		}
+		if want := "h1:" + base64.StdEncoding.EncodeToString(sum.Sum(nil)); got != want {
+			t.Fatalf("hash %s, dirhash %s", got, want)
+		}
+	})
 }
