@@ -171,6 +171,8 @@ func hash1(names []string, open func(string) (io.ReadCloser, error)) (string, er
 	names = slices.Clone(names)
 	slices.Sort(names)
 	h := sha256.New()
+	fh := sha256.New()
+	buf := make([]byte, 32<<10) // one buffer for every file: a zip may hold very many
 	for _, n := range names {
 		if strings.Contains(n, "\n") {
 			return "", fmt.Errorf("file name %q holds a newline", n)
@@ -179,8 +181,8 @@ func hash1(names []string, open func(string) (io.ReadCloser, error)) (string, er
 		if err != nil {
 			return "", err
 		}
-		fh := sha256.New()
-		_, err = io.Copy(fh, rc)
+		fh.Reset()
+		_, err = io.CopyBuffer(fh, struct{ io.Reader }{rc}, buf)
 		rc.Close()
 		if err != nil {
 			return "", err

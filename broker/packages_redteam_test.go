@@ -299,6 +299,23 @@ func TestRedteamGoZipBomb(t *testing.T) {
 	if _, err := goZipHash(buf.Bytes(), size); err == nil || !strings.Contains(err.Error(), "over") {
 		t.Errorf("contents over the cap: %v", err)
 	}
+	// Many small entries share one copy buffer: 100k empty files cost
+	// archive/zip's bookkeeping, not 32 KiB each (3 GiB).
+	buf.Reset()
+	zw = zip.NewWriter(&buf)
+	for i := 0; i < 100000; i++ {
+		zw.CreateHeader(&zip.FileHeader{Name: fmt.Sprintf("example.com/bomb@v1.0.0/%06d", i), Method: zip.Store})
+	}
+	zw.Close()
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	if _, err := goZipHash(buf.Bytes(), maxGoZipContent); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 512<<20 {
+		t.Errorf("hashing a zip of 100000 empty files allocated %d MiB", alloc>>20)
+	}
 }
 
 // TestRedteamRequirementsInclude: pip reads option lines with optparse,
