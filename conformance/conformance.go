@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -45,6 +46,10 @@ const (
 	Pass        Outcome = "pass"
 	Fail        Outcome = "fail"
 	Unavailable Outcome = "unavailable"
+	// NotApplicable: the scenario's attack has no counterpart on the
+	// backend. Only the suite's fixed list (notApplicable) gives it, by
+	// backend and scenario, never a run's observation.
+	NotApplicable Outcome = "not-applicable"
 )
 
 // Result is one scenario's outcome with its evidence.
@@ -92,6 +97,48 @@ type Options struct {
 	Binary    string   // the moat binary to drive; default os.Executable()
 	Scenarios []string // default: all
 	Progress  io.Writer
+	// Kubernetes describes the cluster for --backend kubernetes (the
+	// policy's kubernetes section); other backends ignore it.
+	Kubernetes *Kubernetes
+}
+
+// Kubernetes is what the scenarios' policies need for the kubernetes
+// backend. The workspace and the probe's directory are hostPath grants,
+// so the cluster's node must be this host (as scripts/k8s-cluster's is).
+type Kubernetes struct {
+	Kubeconfig    string // required
+	Image         string // required: holds this moat binary at /usr/local/bin/moat
+	Namespace     string // default "default"
+	RuntimeClass  string // default: the policy's ("gvisor")
+	BrokerAddress string // default: the single node's InternalIP
+}
+
+func (k *Kubernetes) namespace() string {
+	if k.Namespace == "" {
+		return "default"
+	}
+	return k.Namespace
+}
+
+// checkKubernetes refuses a kubernetes run that lacks what the policy
+// needs, before any scenario runs; it makes the kubeconfig's path
+// absolute.
+func checkKubernetes(k *Kubernetes) error {
+	if k == nil || k.Image == "" {
+		return fmt.Errorf("--backend kubernetes needs the sandbox image (--k8s-image or $MOAT_K8S_IMAGE): an image holding this moat binary at /usr/local/bin/moat")
+	}
+	if k.Kubeconfig == "" {
+		return fmt.Errorf("--backend kubernetes needs a kubeconfig (--kubeconfig or $KUBECONFIG)")
+	}
+	abs, err := filepath.Abs(k.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(abs); err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	k.Kubeconfig = abs
+	return nil
 }
 
 type scenario struct {
@@ -138,6 +185,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := CheckScenarios(o.Scenarios); err != nil {
 		return nil, err
 	}
+	if o.Backend == "kubernetes" {
+		if err := checkKubernetes(o.Kubernetes); err != nil {
+			return nil, err
+		}
+	}
 	chosen := scenarios
 	if len(o.Scenarios) > 0 {
 		chosen = nil
@@ -151,7 +203,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	rep := &Report{Backend: o.Backend, Binary: o.Binary, Root: os.Geteuid() == 0, Started: time.Now().UTC()}
 	for i, s := range chosen {
-		h, err := newHarness(o.Binary, o.Backend)
+		h, err := newHarness(o.Binary, o.Backend, o.Kubernetes)
 		if err != nil {
 			return nil, err
 		}

@@ -15,7 +15,7 @@ var scenarios []scenario
 
 type harness struct{}
 
-func newHarness(bin, backend string) (*harness, error) {
+func newHarness(bin, backend string, _ *Kubernetes) (*harness, error) {
 	return nil, errors.New("conformance: the scenarios need Linux")
 }
 

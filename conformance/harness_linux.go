@@ -30,6 +30,8 @@ type harness struct {
 	stateDir     string
 	provider     *fakeprovider.Server
 	cleanup      []func()
+	k8s          *Kubernetes // --backend kubernetes only
+	k8sClient    *k8sCluster
 }
 
 const (
@@ -39,7 +41,7 @@ const (
 	credValue     = "conformance-synthetic-credential"
 )
 
-func newHarness(bin, backend string) (*harness, error) {
+func newHarness(bin, backend string, k8s *Kubernetes) (*harness, error) {
 	dir, err := os.MkdirTemp("", "moat-conformance-")
 	if err != nil {
 		return nil, err
@@ -48,6 +50,9 @@ func newHarness(bin, backend string) (*harness, error) {
 	h := &harness{bin: bin, backend: backend, dir: dir,
 		workspace: filepath.Join(dir, "workspace"), tools: filepath.Join(dir, "tools"),
 		auditDir: filepath.Join(dir, "audit"), stateDir: filepath.Join(dir, "state")}
+	if backend == "kubernetes" {
+		h.k8s = k8s
+	}
 	for _, d := range []string{h.workspace, h.tools} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return nil, err
@@ -84,12 +89,24 @@ func (h *harness) policyFile() (string, error) { return h.policyWith() }
 
 // policyWith is policyFile with extra read-only grants.
 func (h *harness) policyWith(readOnly ...string) (string, error) {
-	p := filepath.Join(h.dir, "policy.yaml")
+	return h.policyAt("policy.yaml", readOnly...)
+}
+
+// policyAt is policyWith written to the harness's file name.
+func (h *harness) policyAt(name string, readOnly ...string) (string, error) {
+	p := filepath.Join(h.dir, name)
 	// The backend is chosen on the command line (--backend), which
 	// overrides the policy's and never falls back.
+	system := "/usr, /bin, /lib, /lib64, "
+	if h.k8s != nil {
+		// The Pod's system directories are the image's read-only root;
+		// the grants are hostPath volumes, and the host's /usr would
+		// hide the image's moat.
+		system = ""
+	}
 	y := fmt.Sprintf(`version: 1
 filesystem:
-  read_only: [/usr, /bin, /lib, /lib64, %s]
+  read_only: [%s%s]
   read_write: [%s]
 process:
   env: {PATH: /usr/bin:/bin}
@@ -103,7 +120,10 @@ inference:
       models: [%s]
 audit:
   dir: %s
-`, strings.Join(append([]string{h.tools}, readOnly...), ", "), h.workspace, h.provider.Port(), credEnv, providerModel, h.auditDir)
+`, system, strings.Join(append([]string{h.tools}, readOnly...), ", "), h.workspace, h.provider.Port(), credEnv, providerModel, h.auditDir)
+	if h.k8s != nil {
+		y += h.kubernetesPolicy()
+	}
 	return p, os.WriteFile(p, []byte(y), 0o644)
 }
 
