@@ -110,6 +110,9 @@ func (b *backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.San
 	if err != nil {
 		return nil, err
 	}
+	if !host.Unmap().Is4() {
+		return nil, fmt.Errorf("kubernetes: the broker's address %s is not IPv4: the Pod's processes may open IPv4 sockets only (an IPv6 link-local address passes a NetworkPolicy enforced for IPv4); set kubernetes.broker_address to an IPv4 address of this host that the Pod reaches", host)
+	}
 	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: host.AsSlice(), Port: 0})
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: the broker cannot listen on %s (it must be an address of this host that the Pod reaches; set kubernetes.broker_address): %w", host, err)

@@ -22,7 +22,12 @@ import (
 // in front of every process (the Pod's RuntimeDefault profile is the
 // runtime's, and under gVisor it is not applied to exec'd processes at
 // all). AF_UNIX stays allowed: the Pod's network namespace is its own.
-var filterOptions = seccomp.Options{AllowUnixSockets: true}
+// IPv6 sockets are refused (IPv4Only): the Pod's interface has an IPv6
+// link-local address that reaches the node's services bound to [::] and
+// the Pods on its bridge, past a NetworkPolicy that the network plugin
+// enforces for IPv4 only (kube-router in a single-stack cluster), and the
+// broker is reached over IPv4 (Prepare refuses an IPv6 broker address).
+var filterOptions = seccomp.Options{AllowUnixSockets: true, IPv4Only: true}
 
 // SeccompOptions are the Options of the filter that every process of a
 // sandbox runs behind (seccomp.Filtered).

@@ -134,6 +134,8 @@ func runProbe(nonce string, i int, p probe) (outcome, detail string) {
 		return probeInterfaces()
 	case opRoutes:
 		return probeRoutes()
+	case opIPv6:
+		return probeIPv6Usable()
 	case opNoNewPrivs:
 		return probeNoNewPrivs()
 	case opCaps:

@@ -151,6 +151,7 @@ const (
 	opDNSResolv    = "dns-resolv"    // DNS query to each loopback nameserver of /etc/resolv.conf
 	opInterfaces   = "interfaces"    // a non-loopback interface exists
 	opRoutes       = "routes"        // a route leaves through a non-loopback interface, or a default route exists
+	opIPv6         = "ipv6-usable"   // a non-loopback interface has an IPv6 address a socket can bind (podNetwork)
 	opNoNewPrivs   = "no-new-privs-unset"
 	opCaps         = "capabilities"     // effective, permitted or inheritable set non-empty
 	opAmbient      = "ambient"          // ambient set non-empty
@@ -343,6 +344,11 @@ func buildPlan(cfg Config, nonce string) (plan, error) {
 			a := joinHostPort(pl.Host, p)
 			add(PropEgress, KindViolation, "net/dns-udp:"+a, opDNSUDP, "", a)
 		}
+		// A Pod's interface has an IPv6 link-local address: a filter
+		// enforced for IPv4 alone leaves it reaching the node's services
+		// bound to [::] and the Pods on its bridge, and none of the
+		// probes above would see that.
+		add(PropEgress, KindViolation, "net/ipv6-usable", opIPv6, "", "")
 	} else {
 		add(PropEgress, KindControl, "net/tcp-broker:127.0.0.1:"+strconv.Itoa(bp), opTCPBroker, "", "127.0.0.1:"+strconv.Itoa(bp))
 	}

@@ -34,6 +34,10 @@ func tableCases(opts Options) []vmCase {
 	if opts.AllowUnixSockets {
 		unixWant = retAllow
 	}
+	inet6Want := uint32(retAllow)
+	if opts.IPv4Only {
+		inet6Want = retEPERM
+	}
 	const goThread = unix.CLONE_VM | unix.CLONE_FS | unix.CLONE_FILES | unix.CLONE_SIGHAND |
 		unix.CLONE_SYSVSEM | unix.CLONE_THREAD
 	cases := []vmCase{
@@ -58,7 +62,8 @@ func tableCases(opts Options) []vmCase {
 		{"socket AF_INET stream", call(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM, 0), retAllow},
 		{"socket AF_INET stream cloexec nonblock", call(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0), retAllow},
 		{"socket AF_INET tcp", call(unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_TCP), retAllow},
-		{"socket AF_INET6 dgram", call(unix.SYS_SOCKET, unix.AF_INET6, unix.SOCK_DGRAM, 0), retAllow},
+		{"socket AF_INET6 dgram", call(unix.SYS_SOCKET, unix.AF_INET6, unix.SOCK_DGRAM, 0), inet6Want},
+		{"socket AF_INET6 stream cloexec", call(unix.SYS_SOCKET, unix.AF_INET6, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0), inet6Want},
 		{"socket AF_NETLINK route", call(unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE), retAllow},
 		{"socket AF_NETLINK route dgram", call(unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_DGRAM, unix.NETLINK_ROUTE), retAllow},
 		{"socket AF_NETLINK route, protocol high word (kernel reads route)", call(unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW, hi), retAllow},
@@ -189,8 +194,8 @@ func tableCases(opts Options) []vmCase {
 }
 
 func TestProgramInVM(t *testing.T) {
-	for _, opts := range []Options{{}, {AllowUnixSockets: true}} {
-		t.Run(fmt.Sprintf("AllowUnixSockets=%v", opts.AllowUnixSockets), func(t *testing.T) {
+	for _, opts := range []Options{{}, {AllowUnixSockets: true}, {AllowUnixSockets: true, IPv4Only: true}} {
+		t.Run(fmt.Sprintf("AllowUnixSockets=%v,IPv4Only=%v", opts.AllowUnixSockets, opts.IPv4Only), func(t *testing.T) {
 			vm := newVM(t, opts)
 			for _, c := range tableCases(opts) {
 				t.Run(c.name, func(t *testing.T) {
@@ -350,7 +355,11 @@ func FuzzFilter(f *testing.F) {
 	f.Add(uint8(200), uint32(unix.SYS_FCHMODAT2), uint64(3), uint64(0x1000), uint64(0o4755|hi), uint64(0), uint64(0), uint64(0), true, false)
 	f.Add(uint8(200), uint32(unix.SYS_OPENAT), uint64(3), uint64(0x1000), uint64(unix.O_CREAT), uint64(0o2755), uint64(0), uint64(0), false, false)
 	nrs := interestingNrs()
-	vms := [2]*bpf.VM{newVM(f, Options{}), newVM(f, Options{AllowUnixSockets: true})}
+	if si := slices.Index(nrs, unix.SYS_SOCKET); si >= 0 && si < 256 {
+		f.Add(uint8(si), uint32(0x80000000), uint64(unix.AF_INET6), uint64(unix.SOCK_STREAM), uint64(0), uint64(0), uint64(0), uint64(0), true, false)
+		f.Add(uint8(si), uint32(0x80000000), uint64(unix.AF_INET), uint64(unix.SOCK_DGRAM), uint64(0), uint64(0), uint64(0), uint64(0), false, false)
+	}
+	vms := [4]*bpf.VM{newVM(f, Options{}), newVM(f, Options{AllowUnixSockets: true}), newVM(f, Options{IPv4Only: true}), newVM(f, Options{AllowUnixSockets: true, IPv4Only: true})}
 	f.Fuzz(func(t *testing.T, pick uint8, raw uint32, a0, a1, a2, a3, a4, a5 uint64, allowUnix, foreign bool) {
 		d := seccompData{nr: raw, arch: nativeArch(), ip: a5 ^ a0, args: [6]uint64{a0, a1, a2, a3, a4, a5}}
 		if int(pick) < len(nrs) {
@@ -359,11 +368,17 @@ func FuzzFilter(f *testing.F) {
 		if foreign {
 			d.arch = raw ^ uint32(a1>>17) // rarely the native arch; the reference handles that
 		}
-		opts := Options{AllowUnixSockets: allowUnix}
-		vm := vms[0]
+		// IPv4Only from a bit of the syscall number's word, so that the
+		// corpus keeps its shape.
+		opts := Options{AllowUnixSockets: allowUnix, IPv4Only: raw&0x80000000 != 0}
+		vi := 0
 		if allowUnix {
-			vm = vms[1]
+			vi = 1
 		}
+		if opts.IPv4Only {
+			vi += 2
+		}
+		vm := vms[vi]
 		got := runVM(t, vm, d)
 		if want := reference(d, opts); got != want {
 			t.Fatalf("nr %d arch 0x%x args %#x: got %s, want %s", d.nr, d.arch, d.args, retName(got), retName(want))

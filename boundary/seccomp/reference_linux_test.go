@@ -179,6 +179,9 @@ func reference(d seccompData, opts Options) uint32 {
 		}
 		switch d.args[0] {
 		case unix.AF_INET, unix.AF_INET6:
+			if opts.IPv4Only && d.args[0] == unix.AF_INET6 {
+				return retEPERM
+			}
 			if lo(2) == unix.IPPROTO_MPTCP {
 				return retEPERM
 			}

@@ -18,6 +18,12 @@ type Options struct {
 	// only for SOCK_STREAM and SOCK_SEQPACKET, whose connected pairs
 	// cannot reach a pathname socket.
 	AllowUnixSockets bool
+	// IPv4Only makes socket(AF_INET6, …) EPERM. The kubernetes backend
+	// sets it: a Pod's interface has an IPv6 link-local address, and a
+	// NetworkPolicy enforced for IPv4 alone (kube-router in a single-stack
+	// cluster programs no IPv6 rules) leaves it reaching the node's
+	// services bound to [::] and every Pod on the same bridge.
+	IPv4Only bool
 }
 
 // Filtered is implemented by a backend whose processes all run behind this

@@ -4,6 +4,7 @@ package seccomp
 
 import (
 	"fmt"
+	"slices"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -179,6 +180,24 @@ func syscallRules(opts Options) []sysRule {
 		pair.why = "Landlock ABI 9+ Unix-socket rules confine pathname sockets, whatever the type (Options.AllowUnixSockets)"
 		pairDefWhen, pairWhy = "domain is anything else", "no other family is needed"
 	}
+	inet := branch{
+		tests: []argTest{{arg: 0, kind: testIn64, vals: []uint32{unix.AF_INET, unix.AF_INET6}}},
+		out:   allow,
+		when:  "domain is AF_INET or AF_INET6",
+		why:   "loopback TCP/UDP to the broker, inside the sandbox's own network namespace",
+	}
+	var inet6 []branch
+	if opts.IPv4Only {
+		inet.tests = []argTest{{arg: 0, kind: testIn64, vals: []uint32{unix.AF_INET}}}
+		inet.when = "domain is AF_INET"
+		inet.why = "TCP/UDP to the broker, which the sandbox reaches over IPv4"
+		inet6 = []branch{{
+			tests: []argTest{{arg: 0, kind: testIn64, vals: []uint32{unix.AF_INET6}}},
+			out:   eperm,
+			when:  "domain is AF_INET6",
+			why:   "a Pod's IPv6 link-local address reaches the node and the Pods on its bridge past a NetworkPolicy enforced for IPv4 (Options.IPv4Only)",
+		}}
+	}
 	rules := []sysRule{
 		openRule("openat", unix.SYS_OPENAT, 3),
 		{
@@ -193,7 +212,7 @@ func syscallRules(opts Options) []sysRule {
 		},
 		{
 			name: "socket", nr: unix.SYS_SOCKET,
-			branches: []branch{
+			branches: slices.Concat(inet6, []branch{
 				{
 					tests: []argTest{{arg: 1, kind: testLowMaskedIn, mask: sockTypeMask, vals: []uint32{unix.SOCK_PACKET}}},
 					out:   eperm,
@@ -209,12 +228,7 @@ func syscallRules(opts Options) []sysRule {
 					when: "domain is AF_INET or AF_INET6 and protocol (low 32 bits) is IPPROTO_MPTCP",
 					why:  "MPTCP is a large, young protocol stack reachable without privilege",
 				},
-				{
-					tests: []argTest{{arg: 0, kind: testIn64, vals: []uint32{unix.AF_INET, unix.AF_INET6}}},
-					out:   allow,
-					when:  "domain is AF_INET or AF_INET6",
-					why:   "loopback TCP/UDP to the broker, inside the sandbox's own network namespace",
-				},
+				inet,
 				{
 					tests: []argTest{
 						{arg: 0, kind: testIn64, vals: []uint32{unix.AF_NETLINK}},
@@ -230,7 +244,7 @@ func syscallRules(opts Options) []sysRule {
 					when:  "domain is AF_UNIX",
 					why:   unixWhy,
 				},
-			},
+			}),
 			def: eperm, defWhen: "domain is anything else (AF_PACKET, AF_VSOCK, AF_ALG, AF_BLUETOOTH, …, or a high word set), or AF_NETLINK with any other protocol",
 			why: "other families either leave the network namespace (AF_VSOCK) or are kernel attack surface the workload does not need; the other netlink protocols (audit, netfilter, generic, uevent, sock_diag, …) administer or watch the host's kernel",
 		},

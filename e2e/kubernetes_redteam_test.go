@@ -1,0 +1,189 @@
+//go:build linux
+
+package e2e
+
+// Red team of the kubernetes backend (issue 20), against the real test
+// cluster (scripts/k8s-cluster, internal/k8stest). MOAT_BIN must be the
+// binary inside MOAT_K8S_IMAGE.
+//
+// Attacks that did NOT work (why the code holds):
+//   - ICMP echo from a Pod under the sandbox's NetworkPolicy to the node:
+//     kube-router's egress rules drop it (no reply), while an unconfined
+//     Pod gets its reply.
+//   - The workload replacing /usr/local/bin/moat before the measurement:
+//     nothing of the workload runs before Ready (Prepare runs only moat's
+//     pause; the measurement is the first exec), and the root file system
+//     is read-only with no grant over /usr/local/bin.
+//   - A second Pod connecting to the broker's host port: its source is not
+//     the Pod's IP; refused and journaled (TestKubernetesSecondPodRefused).
+//   - Another sandbox of the same operator reaching this one's broker: its
+//     own NetworkPolicy allows only its own broker port, and this broker
+//     admits only this Pod's IP.
+//   - Policy fields injecting into the manifest: the Pod and the
+//     NetworkPolicy are built as typed objects (no text templating); names
+//     come from the run id mapped to [a-z0-9-].
+//   - A Pod or NetworkPolicy of the same name made beforehand: Create
+//     fails with AlreadyExists and Prepare refuses; Terminate deletes only
+//     what this run created (npMade/podMade).
+//   - Service-account token, service links: not mounted/injected; the
+//     stage clears the environment the kubelet sets (KUBERNETES_SERVICE_*)
+//     and sets only the policy's.
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moat-sandbox/moat/internal/k8stest"
+)
+
+// hostLinkLocals are this host's IPv6 link-local addresses (the node's:
+// the test cluster is single-node on this host), one of which is the
+// Pod bridge's.
+func hostLinkLocals(t *testing.T) []string {
+	t.Helper()
+	ifs, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, ifc := range ifs {
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is6() && p.Addr().IsLinkLocalUnicast() {
+				out = append(out, p.Addr().String())
+			}
+		}
+	}
+	return out
+}
+
+// v6Receiver listens on [::]:0 (both families) and records the source of
+// each connection it accepts.
+type v6Receiver struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	peers []string
+}
+
+func newV6Receiver(t *testing.T) *v6Receiver {
+	t.Helper()
+	ln, err := net.Listen("tcp", "[::]:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &v6Receiver{ln: ln}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			r.mu.Lock()
+			r.peers = append(r.peers, c.RemoteAddr().String())
+			r.mu.Unlock()
+			c.Write([]byte("hello\n"))
+			c.Close()
+		}
+	}()
+	return r
+}
+
+func (r *v6Receiver) port() int { return r.ln.Addr().(*net.TCPAddr).Port }
+
+func (r *v6Receiver) seen() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.peers...)
+}
+
+// TestKubernetesRedteamIPv6 (attack: IPv6 link-local egress past the
+// NetworkPolicy): a Pod's eth0 has an IPv6 link-local address, and
+// kube-router in this single-stack cluster confines IPv4 only. The
+// positive control is a plain gVisor Pod under a deny-all NetworkPolicy
+// in the same namespace: its IPv4 connection to the node is refused (the
+// policy is in force), yet its IPv6 connection to the bridge's link-local
+// address reaches a receiver on the host. A moat sandbox's workload
+// trying the same addresses must reach nothing (the stage's filter
+// refuses IPv6 sockets), while its request to the broker is answered.
+// Before the fix the workload connected and the run reached Ready.
+func TestKubernetesRedteamIPv6(t *testing.T) {
+	c := k8stest.Need(t)
+	if c.BusyboxImage == "" {
+		t.Fatal("MOAT_K8S_BUSYBOX_IMAGE unset: no image for the control Pod")
+	}
+	lls := hostLinkLocals(t)
+	if len(lls) == 0 {
+		t.Fatal("this host has no IPv6 link-local address: the cluster's Pod bridge has IPv6 off, nothing to attack")
+	}
+	rcv := newV6Receiver(t)
+	nodeIP := strings.TrimSpace(c.MustRun(t, nil, "get", "nodes", "-o", `jsonpath={.items[0].status.addresses[?(@.type=="InternalIP")].address}`))
+	if _, err := netip.ParseAddr(nodeIP); err != nil {
+		t.Fatalf("node InternalIP %q: %v", nodeIP, err)
+	}
+	e := newEnv(t)
+	ns := c.Namespace(t, "moat-k8s-rt6")
+	// The same loop for both: the addresses, each with the Pod's eth0.
+	try6 := fmt.Sprintf(`for a in %s; do if nc -w 2 "$a%%eth0" %d </dev/null >/dev/null 2>&1; then echo "v6-connected $a"; fi; done; echo v6-done`,
+		strings.Join(lls, " "), rcv.port())
+
+	// The control Pod: a deny-all NetworkPolicy first, then the Pod,
+	// which waits until its IPv4 connection to the node is refused.
+	c.MustRun(t, []byte(fmt.Sprintf(`apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: deny-all, namespace: %s}
+spec:
+  podSelector: {matchLabels: {h7-redteam: control}}
+  policyTypes: [Ingress, Egress]
+`, ns)), "apply", "-f", "-")
+	script := fmt.Sprintf(`i=0; while nc -w 2 %s %d </dev/null >/dev/null 2>&1; do i=$((i+1)); [ $i -gt 30 ] && { echo v4-open; exit 0; }; sleep 1; done; echo v4-blocked; %s`,
+		nodeIP, rcv.port(), try6)
+	c.MustRun(t, []byte(fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: control, namespace: %s, labels: {h7-redteam: control}}
+spec:
+  runtimeClassName: %s
+  restartPolicy: Never
+  automountServiceAccountToken: false
+  containers:
+  - name: c
+    image: %s
+    imagePullPolicy: Never
+    command: [sh, -c, %q]
+`, ns, c.RuntimeClass, c.BusyboxImage, script)), "apply", "-f", "-")
+	var phase string
+	waitFor(t, "the control Pod to finish", 3*time.Minute, func() bool {
+		out, err := c.Run(context.Background(), nil, "-n", ns, "get", "pod", "control", "-o", "jsonpath={.status.phase}")
+		phase = strings.TrimSpace(out)
+		return err == nil && (phase == "Succeeded" || phase == "Failed")
+	})
+	logs := c.MustRun(t, nil, "-n", ns, "logs", "control")
+	if !strings.Contains(logs, "v4-blocked") || !strings.Contains(logs, "v6-connected") {
+		t.Fatalf("control Pod under a deny-all NetworkPolicy: want IPv4 blocked and IPv6 link-local connected (the hole this test is about), got %q (phase %s)", logs, phase)
+	}
+	before := len(rcv.seen())
+
+	// The sandbox: same addresses from the workload, then the broker.
+	pol := e.k8sPolicy(c, ns)
+	r := e.moat("run", "--policy", pol, "--", "/bin/sh", "-c",
+		try6+`; wget -O /dev/null "$MOAT_BROKER_URL/v1/messages" 2>&1 | head -3`)
+	if r.code != 0 {
+		t.Fatalf("moat run: %s", r)
+	}
+	if !strings.Contains(r.stdout, "v6-done") || !strings.Contains(r.stdout, "HTTP/1.1 4") {
+		t.Fatalf("the workload did not run its probes, or its broker request (the control) got no HTTP answer: %s", r)
+	}
+	if strings.Contains(r.stdout, "v6-connected") {
+		t.Errorf("the sandbox's workload reached the host over IPv6 link-local past the NetworkPolicy: %s", r.stdout)
+	}
+	if got := rcv.seen(); len(got) > before {
+		t.Errorf("the host receiver accepted from the sandbox: %v", got[before:])
+	}
+	noneLeft(t, c, ns)
+}
