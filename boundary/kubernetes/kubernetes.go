@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -143,11 +144,12 @@ func (b *backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.San
 		s.Terminate()
 		return nil, err
 	}
-	if _, err := cs.CoreV1().Pods(s.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	made, err := cs.CoreV1().Pods(s.ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
 		s.Terminate()
 		return nil, fmt.Errorf("kubernetes: creating the Pod %s/%s: %w", s.ns, name, err)
 	}
-	s.podMade = true
+	s.podMade, s.uid = true, made.UID
 	if err := s.waitRunning(ctx); err != nil {
 		s.Terminate()
 		return nil, err
@@ -195,6 +197,9 @@ type sandbox struct {
 	evidence string // the NetworkPolicy as created: recorded, never authorizes
 
 	npMade, podMade bool
+	// uid is the UID of the Pod this run created: a Pod of the same name
+	// with another UID is someone else's, never the sandbox.
+	uid types.UID
 
 	mu       sync.Mutex
 	podIP    netip.Addr // the Pod's current IP; invalid once it is gone
@@ -217,6 +222,9 @@ func (s *sandbox) waitRunning(ctx context.Context) error {
 		pod, err := s.cs.CoreV1().Pods(s.ns).Get(ctx, s.name, metav1.GetOptions{})
 		if err != nil {
 			return fmt.Errorf("kubernetes: Pod %s/%s: %w", s.ns, s.name, err)
+		}
+		if s.replaced(pod) {
+			return fmt.Errorf("kubernetes: Pod %s/%s was replaced by another of the same name (uid %s, this run made %s)", s.ns, s.name, pod.UID, s.uid)
 		}
 		switch pod.Status.Phase {
 		case corev1.PodRunning:
@@ -287,8 +295,20 @@ func podReason(pod *corev1.Pod) string {
 	return r
 }
 
+// replaced reports whether pod, named as the sandbox's, is another Pod
+// than the one this run created.
+func (s *sandbox) replaced(pod *corev1.Pod) bool {
+	return s.uid != "" && pod.UID != s.uid
+}
+
 // watch follows the Pod until Terminate: its IP (re-read when it
-// changes) and its end, from outside (deleted, evicted, failed).
+// changes) and its end, from outside (deleted, evicted, failed, or
+// replaced by another Pod of the same name). Each watch starts from a
+// fresh read of the Pod, at that read's resource version: a watch started
+// anew reports nothing of what happened while none ran (the API server
+// ends watches now and then), so a Pod deleted in that gap, or made
+// again by someone else under the same name, would go unseen and its IP
+// stay admitted.
 func (s *sandbox) watch() {
 	for {
 		select {
@@ -296,7 +316,14 @@ func (s *sandbox) watch() {
 			return
 		default:
 		}
-		w, err := s.cs.CoreV1().Pods(s.ns).Watch(context.Background(), metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", s.name).String()})
+		rv, done, err := s.resync()
+		if done {
+			return
+		}
+		var w watch.Interface
+		if err == nil {
+			w, err = s.cs.CoreV1().Pods(s.ns).Watch(context.Background(), metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", s.name).String(), ResourceVersion: rv})
+		}
 		if err != nil {
 			select {
 			case <-s.stopWatch:
@@ -309,6 +336,51 @@ func (s *sandbox) watch() {
 			return
 		}
 	}
+}
+
+// resync reads the Pod and applies what it says (observe): its resource
+// version, to watch from, and true when the Pod is gone.
+func (s *sandbox) resync() (string, bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pod, err := s.cs.CoreV1().Pods(s.ns).Get(ctx, s.name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		s.ended("the Pod was deleted from outside moat")
+		return "", true, nil
+	case err != nil:
+		return "", false, err
+	}
+	return pod.ResourceVersion, s.observe(pod), nil
+}
+
+// observe applies one state of the Pod: its end, or its IP. True when
+// the Pod is gone.
+func (s *sandbox) observe(pod *corev1.Pod) bool {
+	switch {
+	case s.replaced(pod):
+		s.ended(fmt.Sprintf("the Pod was replaced from outside moat by another of the same name (uid %s, not %s)", pod.UID, s.uid))
+		return true
+	case pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded:
+		why := "the Pod ended: " + podReason(pod)
+		if pod.Status.Reason == "Evicted" {
+			why = "the Pod was evicted: " + podReason(pod)
+		}
+		s.ended(why)
+		return true
+	case pod.DeletionTimestamp != nil:
+		s.ended("the Pod is being deleted from outside moat")
+		return true
+	}
+	ip, err := netip.ParseAddr(pod.Status.PodIP)
+	s.mu.Lock()
+	if err == nil {
+		s.podIP = ip.Unmap()
+	} else {
+		s.podIP = netip.Addr{}
+	}
+	s.mu.Unlock()
+	return false
 }
 
 // follow reads one watch; true when the Pod is gone or Terminate ran.
@@ -332,25 +404,8 @@ func (s *sandbox) follow(w watch.Interface) bool {
 				return true
 			case !isPod:
 				continue
-			case pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded:
-				why := "the Pod ended: " + podReason(pod)
-				if pod.Status.Reason == "Evicted" {
-					why = "the Pod was evicted: " + podReason(pod)
-				}
-				s.ended(why)
+			case s.observe(pod):
 				return true
-			case pod.DeletionTimestamp != nil:
-				s.ended("the Pod is being deleted from outside moat")
-				return true
-			default:
-				ip, err := netip.ParseAddr(pod.Status.PodIP)
-				s.mu.Lock()
-				if err == nil {
-					s.podIP = ip.Unmap()
-				} else {
-					s.podIP = netip.Addr{}
-				}
-				s.mu.Unlock()
 			}
 		}
 	}
@@ -373,14 +428,8 @@ func (s *sandbox) checkEnded() {
 	case apierrors.IsNotFound(err):
 		s.ended("the Pod was deleted from outside moat")
 	case err != nil:
-	case pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded:
-		why := "the Pod ended: " + podReason(pod)
-		if pod.Status.Reason == "Evicted" {
-			why = "the Pod was evicted: " + podReason(pod)
-		}
-		s.ended(why)
-	case pod.DeletionTimestamp != nil:
-		s.ended("the Pod is being deleted from outside moat")
+	default:
+		s.observe(pod)
 	}
 }
 

@@ -1,0 +1,130 @@
+package kubernetes
+
+// Red team of the kubernetes backend (issue 20): unit tests against
+// client-go's fake clientset. The attacks run against the real cluster are
+// in e2e/kubernetes_redteam_test.go, with the list of attacks that did not
+// work.
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+func runningPod(ns, name string, uid types.UID, ip string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: uid},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip,
+			ContainerStatuses: []corev1.ContainerStatus{{Name: containerName, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}},
+	}
+}
+
+func tcpFrom(ip string) net.Addr {
+	return &net.TCPAddr{IP: net.ParseIP(ip), Port: 40000}
+}
+
+// TestRedteamWatchGap (attack: the sandbox's Pod deleted, or replaced
+// by someone else's Pod of the same name, while the watch is down): the
+// API server ends watches now and then and the backend starts a new one,
+// which reports only the Pods that exist from then on. A Pod deleted in
+// the gap was never seen to go: the broker kept admitting its IP, which
+// the next Pod on the node can get. A Pod made again under the same name
+// (another UID, another IP) was taken for the sandbox's from its first
+// event, and its IP admitted. The positive control, in the same sandbox:
+// across a first gap the Pod lives on and stays admitted, another source
+// refused, and the sandbox does not end.
+func TestRedteamWatchGap(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		impostor bool
+	}{{"deleted", false}, {"replaced", true}} {
+		t.Run(tc.name, func(t *testing.T) { watchGap(t, tc.impostor) })
+	}
+}
+
+func watchGap(t *testing.T, impostor bool) {
+	const ns, name = "ns", "moat-run1"
+	cs := fake.NewClientset(runningPod(ns, name, "uid-1", "10.244.0.9"))
+	watchers := make(chan *watch.FakeWatcher, 4)
+	cs.PrependWatchReactor("pods", func(k8stesting.Action) (bool, watch.Interface, error) {
+		w := watch.NewFakeWithChanSize(8, false)
+		watchers <- w
+		return true, w, nil
+	})
+	s := &sandbox{cs: cs, ns: ns, name: name, gone: make(chan struct{}), stopWatch: make(chan struct{})}
+	s.uid = "uid-1"
+	s.podIP = netip.MustParseAddr("10.244.0.9")
+	go s.watch()
+	defer close(s.stopWatch)
+	next := func() *watch.FakeWatcher {
+		t.Helper()
+		select {
+		case w := <-watchers:
+			return w
+		case <-time.After(10 * time.Second):
+			t.Fatal("no new watch")
+		}
+		return nil
+	}
+	w := next()
+	if err := s.admit(tcpFrom("10.244.0.9")); err != nil {
+		t.Fatalf("the sandbox's own Pod refused: %v", err)
+	}
+	if err := s.admit(tcpFrom("10.244.0.10")); err == nil {
+		t.Fatal("another source admitted")
+	}
+	// Control: the watch ends, the Pod lives on (a new watch reports it).
+	w.Stop()
+	w = next()
+	w.Add(runningPod(ns, name, "uid-1", "10.244.0.9"))
+	time.Sleep(300 * time.Millisecond)
+	if err := s.admit(tcpFrom("10.244.0.9")); err != nil {
+		t.Fatalf("after a watch gap with the Pod alive: %v", err)
+	}
+	select {
+	case <-s.Ended():
+		t.Fatalf("ended after a watch gap with the Pod alive: %s", s.EndReason())
+	default:
+	}
+
+	// The attack: the running watch misses the deletion (and the
+	// impostor's creation), then ends; a new one reports what exists.
+	pods := corev1.SchemeGroupVersion.WithResource("pods")
+	if err := cs.Tracker().Delete(pods, ns, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	imp := runningPod(ns, name, "uid-2", "10.244.0.10")
+	if impostor {
+		if err := cs.Tracker().Add(imp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Stop()
+	select {
+	case w = <-watchers:
+		// A new watch started without a look at the Pod.
+		if impostor {
+			w.Add(imp)
+		}
+	case <-s.Ended():
+	case <-time.After(5 * time.Second):
+	}
+	select {
+	case <-s.Ended():
+	case <-time.After(5 * time.Second):
+		t.Errorf("the sandbox never noticed that its Pod was %s in a watch gap", map[bool]string{false: "deleted", true: "replaced"}[impostor])
+	}
+	for _, ip := range []string{"10.244.0.9", "10.244.0.10"} {
+		if err := s.admit(tcpFrom(ip)); err == nil {
+			t.Errorf("after its Pod was gone in a watch gap, the broker admits %s", ip)
+		}
+	}
+}
