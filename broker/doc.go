@@ -78,6 +78,24 @@
 // the sandbox's memory limit; a request that cannot get its share in time
 // is refused (broker_busy).
 //
+// # Package registries
+//
+// The policy's egress.packages are served on the inference port under
+// PackagesPathPrefix, /pkg/<kind>/ (packages*.go, Config.Packages): GET
+// only, no query, and only what the grant's lockfiles pin (read once at
+// start). An admitted fetch appends package.requested durably, then sends
+// a GET built by moat alone (no workload header, path or query byte is
+// forwarded) with four headers: Accept, Accept-Encoding: identity,
+// User-Agent: moat and Moat-Pre-Effect-SHA256, the lowercase hex SHA-256
+// of that package.requested line as written, without its LF (the value
+// the next line's prev holds, audit.LineHash). The line itself is not
+// sent, unlike Moat-Pre-Effect on the other roads: registries are
+// usually public and the line names the executable and the lockfile's
+// host path. The digest binds the fetch to its record for whoever holds
+// the journal (hash each line and find it) and reveals nothing without
+// it: the line includes a signature only the run's key makes. The
+// artifact is served only if its digest matches the lockfile's.
+//
 // # Approvals
 //
 // When the policy has approvals.rules (approval.go), a request that

@@ -68,6 +68,14 @@ const (
 	ReasonPackageUnconfigured Reason = "package_unconfigured"
 )
 
+// packagePreEffectHeader carries, on every upstream package fetch, the
+// lowercase hex SHA-256 of the fetch's package.requested journal line as
+// written (without its LF): audit.LineHash, the value the next line's
+// prev holds. It is the only header besides Accept, Accept-Encoding and
+// User-Agent; the line itself (Moat-Pre-Effect on the other roads) is
+// not sent, since it names the executable and the lockfile's host path.
+const packagePreEffectHeader = "Moat-Pre-Effect-SHA256"
+
 // PackageTimeout bounds one upstream fetch.
 const PackageTimeout = 10 * time.Minute
 
@@ -360,7 +368,10 @@ func (b *Broker) fetchPackage(x *exchange, req *request, r *registry, rec audit.
 	hreq.Header.Set("Accept", accept)
 	hreq.Header.Set("Accept-Encoding", "identity")
 	hreq.Header.Set("User-Agent", "moat")
-	hreq.Header.Set(preEffectHeader, base64.StdEncoding.EncodeToString(line))
+	// The registry is usually public: it gets the line's digest, which
+	// binds the fetch to its durable record for whoever holds the
+	// journal, never the line (executable, lockfile path).
+	hreq.Header.Set(packagePreEffectHeader, audit.LineHash(line))
 	resp, err := r.client.Do(hreq)
 	if err != nil {
 		if rs := netguard.ReasonOf(err); rs != "" && rs != netguard.ReasonDialFailed {

@@ -199,7 +199,7 @@ func (f *goFixture) harness(t *testing.T) *harness {
 		}
 		c.Packages = pk
 	})
-	f.reg.verify = h.j.verify
+	f.reg.verify = h.j.verifyPackageFetch
 	t.Cleanup(func() {
 		if len(f.reg.bad) > 0 {
 			t.Errorf("the registry got requests without a journaled pre-effect line: %v", f.reg.bad)

@@ -138,7 +138,7 @@ func TestPackagesPyPI(t *testing.T) {
 		}
 		c.Packages = pk
 	})
-	reg.verify = h.j.verify
+	reg.verify = h.j.verifyPackageFetch
 	// A file before its index page: refused, nothing fetched.
 	if r := h.raw(pkgGet("/pkg/pypi/files/" + hexSum(good) + "/demo_pkg-1.0-py3-none-any.whl")); r.header.Get("Moat-Reason") != string(ReasonPackageNotPinned) {
 		t.Errorf("file before index: %d %s", r.status, r.body)

@@ -60,8 +60,14 @@ package broker
 //   - caching of a refused artifact: the broker caches nothing; a refused
 //     tarball is never served, so no client caches it.
 //   - fetch before the journal: every fetch appends package.requested
-//     durably first and sends it as Moat-Pre-Effect (the fake registries
-//     verify each line); .info and list are answered from go.sum unfetched.
+//     durably first and sends its SHA-256 as Moat-Pre-Effect-SHA256 (the
+//     fake registries find that line in the journal on disk, verify its
+//     signature and that it is this fetch's package.requested); .info and
+//     list are answered from go.sum unfetched.
+//   - the journal line leaking to a public registry (the red team's
+//     finding: Moat-Pre-Effect named the executable and the lockfile's
+//     host path): only the line's digest is sent, with Accept,
+//     Accept-Encoding and User-Agent (TestPackagesFetchSendsDigestOnly).
 //   - lockfile symlinks and TOCTOU: openat2 RESOLVE_NO_SYMLINKS, one read,
 //     sha256 and parse of the same bytes; a lockfile edited during the run
 //     admits nothing new (pins read once).
@@ -162,7 +168,7 @@ func newNPMRedteam(t *testing.T) *npmRedteam {
 		}
 		c.Packages = pk
 	})
-	f.reg.verify = f.h.j.verify
+	f.reg.verify = f.h.j.verifyPackageFetch
 	t.Cleanup(func() {
 		if len(f.reg.bad) > 0 {
 			t.Errorf("the registry got requests without a journaled pre-effect line: %v", f.reg.bad)
@@ -365,7 +371,7 @@ func pypiRedteam(t *testing.T, reg *fakeRegistry, reqs string) *harness {
 		}
 		c.Packages = pk
 	})
-	reg.verify = h.j.verify
+	reg.verify = h.j.verifyPackageFetch
 	t.Cleanup(func() {
 		if len(reg.bad) > 0 {
 			t.Errorf("the registry got requests without a journaled pre-effect line: %v", reg.bad)
@@ -482,7 +488,7 @@ func TestRedteamGoZipSymlink(t *testing.T) {
 		}
 		c.Packages = pk
 	})
-	reg.verify = h.j.verify
+	reg.verify = h.j.verifyPackageFetch
 	if r := h.raw(pkgGet("/pkg/goproxy/example.com/demo/@v/v1.0.0.zip")); r.status != 200 || r.body != string(good) {
 		t.Fatalf("pinned zip: %d %s", r.status, r.body)
 	}

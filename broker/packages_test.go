@@ -10,13 +10,16 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/internal/testenv"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -54,7 +57,7 @@ type fakeRegistry struct {
 	tampered map[string][]byte
 	reqs     []string
 	bad      []string
-	verify   func([]byte) error
+	verify   func(digest string, req *http.Request) error
 }
 
 func (r *fakeRegistry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -62,9 +65,9 @@ func (r *fakeRegistry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	defer r.mu.Unlock()
 	r.reqs = append(r.reqs, req.Method+" "+req.URL.Path)
 	if r.verify != nil {
-		line, err := base64.StdEncoding.DecodeString(req.Header.Get(preEffectHeader))
-		if err == nil {
-			err = r.verify(line)
+		err := r.verify(req.Header.Get(packagePreEffectHeader), req)
+		if v := req.Header.Values(preEffectHeader); err == nil && len(v) > 0 {
+			err = fmt.Errorf("the registry got the journal line itself (%s)", preEffectHeader)
 		}
 		if err != nil {
 			r.bad = append(r.bad, req.URL.Path+": "+err.Error())
@@ -79,6 +82,43 @@ func (r *fakeRegistry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	w.Write(body)
+}
+
+// verifyPackageFetch checks an upstream package fetch as a registry
+// operator holding the journal would: its Moat-Pre-Effect-SHA256 is the
+// digest of a line already in the journal file on disk, that line is
+// signed by the run's key and is the package.requested of this very
+// fetch (its path is the one requested).
+func (j *testJournal) verifyPackageFetch(digest string, req *http.Request) error {
+	if len(digest) != 64 || strings.Trim(digest, "0123456789abcdef") != "" {
+		return fmt.Errorf("%s %q is not 64 lowercase hex digits", packagePreEffectHeader, digest)
+	}
+	var line []byte
+	for _, l := range j.lines() {
+		if audit.LineHash(l) == digest {
+			line = l
+			break
+		}
+	}
+	if line == nil {
+		return fmt.Errorf("no line in the journal file has the digest %s", digest)
+	}
+	ent, err := audit.VerifyLine(line, j.w.PublicKey())
+	if err != nil {
+		return err
+	}
+	rec, ok := ent.Record.(audit.PackageRequested)
+	if !ok {
+		return fmt.Errorf("the digest names a %s line (seq %d), not a package.requested", ent.Header.Type, ent.Header.Seq)
+	}
+	path := rec.Path
+	if u, err := url.Parse(rec.Path); err == nil && u.Scheme == "https" {
+		path = u.EscapedPath()
+	}
+	if !strings.HasSuffix(req.URL.EscapedPath(), path) && !strings.HasSuffix(req.URL.Path, path) {
+		return fmt.Errorf("the digest names the package.requested of %s (seq %d), not of this fetch", rec.Path, ent.Header.Seq)
+	}
+	return nil
 }
 
 func newTLSRegistry(t *testing.T, h http.Handler) *httptest.Server {
@@ -163,7 +203,7 @@ func (f *npmFixture) harness(t *testing.T) *harness {
 		}
 		c.Packages = pk
 	})
-	f.reg.verify = h.j.verify
+	f.reg.verify = h.j.verifyPackageFetch
 	t.Cleanup(func() {
 		if len(f.reg.bad) > 0 {
 			t.Errorf("the registry got requests without a journaled pre-effect line: %v", f.reg.bad)
@@ -341,5 +381,82 @@ func TestPackagesNPMClient(t *testing.T) {
 	}
 	if fl := h.records("package.failed"); len(fl) == 0 || fl[0]["reason"] != string(ReasonPackageDigest) {
 		t.Errorf("package.failed %v", fl)
+	}
+}
+
+// TestPackagesFetchSendsDigestOnly: the upstream registry (usually
+// public) gets moat's own four headers and no workload header; the
+// pre-effect binding is the SHA-256 of the durable package.requested
+// line, never the line, which names the lockfile's host path (and the
+// executable). Control: that line is in the journal, signed, and does
+// name the lockfile, so a header carrying it would leak the path.
+func TestPackagesFetchSendsDigestOnly(t *testing.T) {
+	f := newNPMFixture(t)
+	var mu sync.Mutex
+	var hdrs []http.Header
+	f.reg.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hdrs = append(hdrs, r.Header.Clone())
+		mu.Unlock()
+		f.reg.ServeHTTP(w, r)
+	})
+	h := f.harness(t)
+	workload := "Authorization: Bearer npm_workloadtoken\r\nCookie: s=1\r\nUser-Agent: npm/10.0.0 node/v22\r\nAccept: application/vnd.npm.install-v1+json\r\n" +
+		"Npm-Session: 0123abcd\r\nReferer: ci /home/alice/secret-project\r\nX-Forwarded-For: 10.0.0.1\r\n"
+	for _, p := range []string{"/pkg/npm/left-pad/-/left-pad-1.3.0.tgz", "/pkg/npm/left-pad"} {
+		r := h.raw("GET " + p + " HTTP/1.1\r\nHost: 127.0.0.1\r\n" + workload + "Connection: close\r\n\r\n")
+		if r.status != 200 {
+			t.Fatalf("%s with the workload's headers: %d %s", p, r.status, r.body)
+		}
+	}
+	var lines []*audit.Entry
+	for _, l := range h.j.lines() {
+		if ent, err := audit.VerifyLine(l, h.j.w.PublicKey()); err == nil && ent.Header.Type == "package.requested" {
+			lines = append(lines, ent)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(hdrs) != 2 || len(lines) != 2 {
+		t.Fatalf("%d fetches and %d package.requested lines, want 2 and 2", len(hdrs), len(lines))
+	}
+	for i, hd := range hdrs {
+		line := lines[i].Line
+		if !bytes.Contains(lines[i].Payload, []byte(f.lockfile)) && i == 0 {
+			t.Errorf("control: the tarball's package.requested does not name the lockfile %s", f.lockfile)
+		}
+		var names []string
+		for k := range hd {
+			names = append(names, k)
+		}
+		slices.Sort(names)
+		want := []string{"Accept", "Accept-Encoding", "User-Agent", http.CanonicalHeaderKey(packagePreEffectHeader)}
+		slices.Sort(want)
+		if !slices.Equal(names, want) {
+			t.Errorf("fetch %d sent headers %v, want exactly %v", i, names, want)
+		}
+		if d := hd.Get(packagePreEffectHeader); len(d) != 64 || strings.Trim(d, "0123456789abcdef") != "" {
+			t.Errorf("fetch %d: %s %q is not just 64 hex digits", i, packagePreEffectHeader, d)
+		}
+		leaks := []string{f.lockfile, filepath.Dir(f.lockfile), string(line), base64.StdEncoding.EncodeToString(line), string(lines[i].Payload),
+			base64.StdEncoding.EncodeToString(lines[i].Payload), "npm_workloadtoken", "alice", "0123abcd"}
+		if rec, _ := lines[i].Record.(audit.PackageRequested); rec.Attribution.Executable != "" {
+			leaks = append(leaks, rec.Attribution.Executable)
+		}
+		if got, want := hd.Get(packagePreEffectHeader), audit.LineHash(line); got != want {
+			t.Errorf("fetch %d: %s %q, want the sha256 of its package.requested line %s", i, packagePreEffectHeader, got, want)
+		}
+		if hd.Get("User-Agent") != "moat" || hd.Get("Accept-Encoding") != "identity" {
+			t.Errorf("fetch %d: User-Agent %q, Accept-Encoding %q: not moat's", i, hd.Get("User-Agent"), hd.Get("Accept-Encoding"))
+		}
+		for k, vs := range hd {
+			for _, v := range vs {
+				for _, leak := range leaks {
+					if strings.Contains(v, leak) {
+						t.Errorf("fetch %d: header %s: %q carries %q", i, k, v, leak)
+					}
+				}
+			}
+		}
 	}
 }

@@ -85,7 +85,7 @@ func TestPackagesRedteamNPM(t *testing.T) {
 	var seen []string
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		seen = append(seen, fmt.Sprintf("%s %s pre-effect=%t", r.Method, r.URL.Path, r.Header.Get("Moat-Pre-Effect") != ""))
+		seen = append(seen, fmt.Sprintf("%s %s pre-effect=%s", r.Method, r.URL.Path, preEffectOnDisk(e.auditDir, r)))
 		mu.Unlock()
 		if body, ok := files[r.URL.Path]; ok && r.Method == http.MethodGet {
 			w.Write(body)

@@ -7,6 +7,7 @@ import (
 	"archive/zip"
 	"bytes"
 	"compress/gzip"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"crypto/sha512"
 	"crypto/tls"
@@ -15,6 +16,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +26,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
@@ -143,8 +146,7 @@ func TestPackagesNPM(t *testing.T) {
 	var seen []string
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		pe := r.Header.Get("Moat-Pre-Effect") != ""
-		seen = append(seen, fmt.Sprintf("%s %s pre-effect=%t", r.Method, r.URL.Path, pe))
+		seen = append(seen, fmt.Sprintf("%s %s pre-effect=%s", r.Method, r.URL.Path, preEffectOnDisk(e.auditDir, r)))
 		mu.Unlock()
 		if b, ok := files[r.URL.Path]; ok && r.Method == http.MethodGet {
 			w.Write(b)
@@ -326,7 +328,7 @@ func TestPackagesGoProxy(t *testing.T) {
 	var seen []string
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		seen = append(seen, fmt.Sprintf("%s %s pre-effect=%t", r.Method, r.URL.Path, r.Header.Get("Moat-Pre-Effect") != ""))
+		seen = append(seen, fmt.Sprintf("%s %s pre-effect=%s", r.Method, r.URL.Path, preEffectOnDisk(e.auditDir, r)))
 		mu.Unlock()
 		if b, ok := files[r.URL.Path]; ok {
 			w.Write(b)
@@ -482,7 +484,7 @@ func TestPackagesPyPI(t *testing.T) {
 	var seen []string
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		seen = append(seen, fmt.Sprintf("%s %s pre-effect=%t", r.Method, r.URL.Path, r.Header.Get("Moat-Pre-Effect") != ""))
+		seen = append(seen, fmt.Sprintf("%s %s pre-effect=%s", r.Method, r.URL.Path, preEffectOnDisk(e.auditDir, r)))
 		mu.Unlock()
 		if b, ok := files[r.URL.Path]; ok {
 			w.Write(b)
@@ -819,4 +821,63 @@ func TestPackagesReload(t *testing.T) {
 	if !slices.Equal(reloads, want) {
 		t.Errorf("package.reload records:\n%q\nwant\n%q", reloads, want)
 	}
+}
+
+// preEffectOnDisk checks an upstream package fetch as the registry's
+// operator holding the journal would, at the moment the fetch arrives:
+// its Moat-Pre-Effect-SHA256 is the SHA-256 of a complete line already in
+// a run's journal under auditDir, that line is signed by the run's key
+// (run.started's public_key) and is the package.requested of this very
+// path, and the line itself (Moat-Pre-Effect, which names the executable
+// and the lockfile's host path) is not sent. It returns "true" or why not.
+func preEffectOnDisk(auditDir string, r *http.Request) string {
+	if len(r.Header.Values("Moat-Pre-Effect")) > 0 {
+		return "journal-line-sent"
+	}
+	d := r.Header.Get("Moat-Pre-Effect-SHA256")
+	if len(d) != 64 || strings.Trim(d, "0123456789abcdef") != "" {
+		return "no-digest"
+	}
+	journals, _ := filepath.Glob(filepath.Join(auditDir, "*", "journal.jsonl"))
+	for _, j := range journals {
+		b, err := os.ReadFile(j)
+		if err != nil {
+			continue
+		}
+		lines := bytes.Split(b, []byte("\n"))
+		lines = lines[:len(lines)-1] // "" after the last LF, or a line not yet whole
+		var pub ed25519.PublicKey
+		for i, l := range lines {
+			if i == 0 {
+				if ent, err := audit.ParseLine(l); err == nil {
+					if rs, ok := ent.Record.(audit.RunStarted); ok {
+						pub, _ = audit.ParsePublicKeyPEM([]byte(rs.PublicKey))
+					}
+				}
+			}
+			if audit.LineHash(l) != d {
+				continue
+			}
+			if pub == nil {
+				return "no-run-key"
+			}
+			ent, err := audit.VerifyLine(l, pub)
+			if err != nil {
+				return "bad-signature"
+			}
+			rec, ok := ent.Record.(audit.PackageRequested)
+			if !ok {
+				return "not-package.requested"
+			}
+			path := rec.Path
+			if u, err := url.Parse(rec.Path); err == nil && u.Scheme == "https" {
+				path = u.EscapedPath()
+			}
+			if !strings.HasSuffix(r.URL.EscapedPath(), path) && !strings.HasSuffix(r.URL.Path, path) {
+				return "record-of-" + rec.Path
+			}
+			return "true"
+		}
+	}
+	return "not-in-journal"
 }
