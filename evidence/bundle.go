@@ -131,6 +131,9 @@ type Summary struct {
 	Fail         int `json:"fail"`
 	Invalid      int `json:"invalid"`
 	Insufficient int `json:"insufficient"`
+	// NotApplicable counts the cases the fixed list exempts on the
+	// report's backend (applicable.go).
+	NotApplicable int `json:"not_applicable,omitempty"`
 }
 
 // Manifest is manifest.json.
@@ -274,6 +277,8 @@ func Summarize(cs []CaseReport) Summary {
 			s.Fail++
 		case OutcomeInsufficient:
 			s.Insufficient++
+		case OutcomeNotApplicable:
+			s.NotApplicable++
 		default:
 			s.Invalid++
 		}
@@ -300,7 +305,11 @@ func RenderMarkdown(r *Report, manifestNote string) []byte {
 		scope = "a SUBSET of the fixed case list: this is not full qualification"
 	}
 	fmt.Fprintf(&b, "Backend `%s`, kernel `%s`, %s, Landlock ABI %d, controller uid %d. Ran %s.\n\n", r.Backend, r.Kernel, r.Arch, r.LandlockABI, r.ControllerUID, scope)
-	fmt.Fprintf(&b, "Result: %d pass, %d fail, %d invalid, %d insufficient (of %d planned).\n\n", r.Summary.Pass, r.Summary.Fail, r.Summary.Invalid, r.Summary.Insufficient, len(r.Planned))
+	na := ""
+	if r.Summary.NotApplicable > 0 {
+		na = fmt.Sprintf(", %d not applicable on this backend", r.Summary.NotApplicable)
+	}
+	fmt.Fprintf(&b, "Result: %d pass, %d fail, %d invalid, %d insufficient%s (of %d planned).\n\n", r.Summary.Pass, r.Summary.Fail, r.Summary.Invalid, r.Summary.Insufficient, na, len(r.Planned))
 	fmt.Fprintf(&b, "| # | case | outcome | verified provider requests | time |\n|---|---|---|---|---|\n")
 	for i, c := range r.Cases {
 		fmt.Fprintf(&b, "| %d | %s | **%s** | %d | %.1f s |\n", i+1, c.Name, c.Outcome, c.Observations.Verified, float64(c.DurationMS)/1000)

@@ -139,6 +139,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	for i, name := range planned {
 		c, _ := CaseByName(name)
 		t0 := time.Now()
+		if _, na := NotApplicable(rep.Backend, name); na {
+			// The fixed list: not run on this backend, nothing observed.
+			cr := notApplicableReport(rep.Backend, name)
+			rep.Cases = append(rep.Cases, cr)
+			fmt.Fprintf(o.Progress, "[%2d/%d] %s … %s\n        %s\n", i+1, len(planned), name, cr.Outcome, cr.Reasons[0])
+			continue
+		}
 		cr, err := s.runCase(ctx, c)
 		if err != nil {
 			return nil, &HarnessError{Err: fmt.Errorf("case %s: %w", name, err)}

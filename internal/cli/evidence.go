@@ -127,7 +127,9 @@ Cases: ` + joinNames(evidence.CaseNames()),
 				return exitf(ExitRefused, "evidence run: BUG: %v", err)
 			}
 			code := 0
-			if !res.Report.Binary.Unchanged || res.Report.Summary.Pass != len(res.Report.Cases) {
+			// A case the fixed list exempts on this backend is not run
+			// (evidence.NotApplicable); every other case must pass.
+			if !res.Report.Binary.Unchanged || res.Report.Summary.Pass+res.Report.Summary.NotApplicable != len(res.Report.Cases) {
 				code = ExitInvalid
 			}
 			if output.machine() {
@@ -143,7 +145,7 @@ Cases: ` + joinNames(evidence.CaseNames()),
 			}
 			w := cmd.OutOrStdout()
 			s := res.Report.Summary
-			fmt.Fprintf(w, "\n%d pass, %d fail, %d invalid, %d insufficient; bundle %s", s.Pass, s.Fail, s.Invalid, s.Insufficient, o.Out)
+			fmt.Fprintf(w, "\n%d pass, %d fail, %d invalid, %d insufficient, %d not applicable on backend %s; bundle %s", s.Pass, s.Fail, s.Invalid, s.Insufficient, s.NotApplicable, res.Report.Backend, o.Out)
 			if !res.Report.Complete {
 				fmt.Fprintf(w, " (a SUBSET of the cases: not full qualification)")
 			}
@@ -246,11 +248,11 @@ Exit codes:
 				}
 				fmt.Fprintf(w, "INVALID: %d problem(s); do not rely on this bundle\n", len(res.Problems))
 			case evidence.VerdictSubset:
-				fmt.Fprintf(w, "valid SUBSET (%d planned cases; not full qualification): %d pass, %d fail, %d invalid, %d insufficient; manifest sha256 %s; suite keyid %s (%s)\n",
-					res.Planned, res.Summary.Pass, res.Summary.Fail, res.Summary.Invalid, res.Summary.Insufficient, res.ManifestSHA256, res.SuiteKeyID, pinned)
+				fmt.Fprintf(w, "valid SUBSET (%d planned cases; not full qualification): %d pass, %d fail, %d invalid, %d insufficient, %d not applicable; manifest sha256 %s; suite keyid %s (%s)\n",
+					res.Planned, res.Summary.Pass, res.Summary.Fail, res.Summary.Invalid, res.Summary.Insufficient, res.Summary.NotApplicable, res.ManifestSHA256, res.SuiteKeyID, pinned)
 			default:
-				fmt.Fprintf(w, "valid and complete: %d pass, %d fail, %d invalid, %d insufficient; manifest sha256 %s; suite keyid %s (%s)\n",
-					res.Summary.Pass, res.Summary.Fail, res.Summary.Invalid, res.Summary.Insufficient, res.ManifestSHA256, res.SuiteKeyID, pinned)
+				fmt.Fprintf(w, "valid and complete: %d pass, %d fail, %d invalid, %d insufficient, %d not applicable; manifest sha256 %s; suite keyid %s (%s)\n",
+					res.Summary.Pass, res.Summary.Fail, res.Summary.Invalid, res.Summary.Insufficient, res.Summary.NotApplicable, res.ManifestSHA256, res.SuiteKeyID, pinned)
 			}
 			return exitCode(code)
 		},
