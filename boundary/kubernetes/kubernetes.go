@@ -97,6 +97,9 @@ func (b *backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.San
 	if pol.Process.UID <= 0 || pol.Process.GID <= 0 {
 		return nil, fmt.Errorf("BUG: policy ids %d:%d reached the kubernetes backend", pol.Process.UID, pol.Process.GID)
 	}
+	if err := checkCredentialFiles(pol); err != nil {
+		return nil, err
+	}
 	clients := b.clients
 	if clients == nil {
 		clients = defaultClients

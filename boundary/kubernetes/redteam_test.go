@@ -6,8 +6,12 @@ package kubernetes
 // work.
 
 import (
+	"context"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,8 +19,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/policy"
 )
 
 func runningPod(ns, name string, uid types.UID, ip string) *corev1.Pod {
@@ -125,6 +134,70 @@ func watchGap(t *testing.T, impostor bool) {
 	for _, ip := range []string{"10.244.0.9", "10.244.0.10"} {
 		if err := s.admit(tcpFrom(ip)); err == nil {
 			t.Errorf("after its Pod was gone in a watch gap, the broker admits %s", ip)
+		}
+	}
+}
+
+// TestRedteamKubeconfigInGrant (attack: the workload rewrites the
+// cluster credentials): with host_path_grants a read_write grant is the
+// host's directory, so a kubeconfig there, or an exec credential plugin's
+// command there, is the workload's to rewrite; moat's watchdog loads the
+// kubeconfig afresh when the supervisor dies (and the next run does), and
+// client-go runs the exec plugin on the host, outside any sandbox.
+// Prepare refuses both before anything is made; the controls in the same
+// setup: the same kubeconfig outside the grant, and the grant as an
+// emptyDir (host_path_grants off), pass this check (and fail later, at
+// the fake cluster's missing node).
+func TestRedteamKubeconfigInGrant(t *testing.T) {
+	cs := fake.NewClientset()
+	be := &backend{clients: func(*policy.Kubernetes) (kubernetes.Interface, *rest.Config, error) { return cs, nil, nil }}
+	outside := t.TempDir()
+	kubeconfig := func(dir, command string) string {
+		p := filepath.Join(dir, "kube.conf")
+		y := `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: "` + command + `", interactiveMode: Never}}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`
+		if err := os.WriteFile(p, []byte(y), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// testPolicy makes a fresh grant each call: build the policy here.
+	pol := testPolicy(t, "")
+	grant := pol.Filesystem.ReadWrite[0]
+	run := func(hostPath bool, kc string) error {
+		p := *pol
+		p.Kubernetes.HostPathGrants = hostPath
+		p.Kubernetes.Kubeconfig = kc
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		sb, err := be.Prepare(ctx, boundary.Spec{RunID: "r", Policy: &p, StateDir: t.TempDir()})
+		if err == nil {
+			sb.Terminate()
+		}
+		return err
+	}
+	for _, tc := range []struct {
+		name     string
+		hostPath bool
+		kc       string
+		refused  bool
+	}{
+		{"kubeconfig in the grant", true, kubeconfig(grant, "/bin/true"), true},
+		{"exec plugin in the grant", true, kubeconfig(outside, filepath.Join(grant, "cred-helper")), true},
+		{"control: kubeconfig and plugin outside", true, kubeconfig(t.TempDir(), "/bin/true"), false},
+		{"control: grants are emptyDir", false, filepath.Join(grant, "kube.conf"), false},
+	} {
+		err := run(tc.hostPath, tc.kc)
+		if got := err != nil && strings.Contains(err.Error(), "lies in the read_write grant"); got != tc.refused {
+			t.Errorf("%s: refused %v, want %v (%v)", tc.name, got, tc.refused, err)
+		}
+		if !tc.refused && err == nil {
+			t.Errorf("%s: Prepare succeeded against a cluster without a node", tc.name)
 		}
 	}
 }
