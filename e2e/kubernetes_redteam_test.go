@@ -30,12 +30,17 @@ package e2e
 //     and sets only the policy's.
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -186,4 +191,69 @@ spec:
 		t.Errorf("the host receiver accepted from the sandbox: %v", got[before:])
 	}
 	noneLeft(t, c, ns)
+}
+
+// watchdogsOf returns the pids of the kubernetes watchdogs whose
+// configuration names the Pod pod.
+func watchdogsOf(t *testing.T, pod string) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := bytes.Split(bytes.TrimRight(b, "\x00"), []byte{0})
+		if len(args) == 3 && string(args[1]) == "__moat-k8s-watchdog" && bytes.Contains(args[2], []byte(`"name":"`+pod+`"`)) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// TestKubernetesRedteamWatchdogKilled (attack: the watchdog dies first):
+// the watchdog is what removes the Pod when the supervisor dies. Killed
+// first (or dead of a crash), it left nothing: a supervisor SIGKILLed
+// afterwards left the Pod, and the workload in it, running for good. Now
+// the supervisor starts another watchdog; the control in the same
+// sandbox: with its first watchdog killed the sandbox still serves an
+// exec, and once the supervisor is SIGKILLed the Pod and NetworkPolicy
+// go and the journal ends incomplete.
+func TestKubernetesRedteamWatchdogKilled(t *testing.T) {
+	c := k8stest.Need(t)
+	e := newEnv(t)
+	ns := c.Namespace(t, "moat-k8s-rtwd")
+	pol := e.k8sPolicy(c, ns)
+	if r := e.moat("sandbox", "create", "--name", "wd", "--policy", pol); r.code != 0 {
+		t.Fatalf("create: %s", r)
+	}
+	s, _ := e.get("wd")
+	defer e.moat("sandbox", "delete", "wd")
+	pod := strings.TrimPrefix(strings.TrimSpace(c.MustRun(t, nil, "-n", ns, "get", "pods", "-l", "moat.sandbox/run", "-o", "name")), "pod/")
+	first := watchdogsOf(t, pod)
+	if pod == "" || len(first) != 1 || s.SupervisorPID == 0 {
+		t.Fatalf("pod %q, watchdogs %v, supervisor %d", pod, first, s.SupervisorPID)
+	}
+	syscall.Kill(first[0], syscall.SIGKILL)
+	var again []int
+	waitFor(t, "another watchdog", 30*time.Second, func() bool {
+		again = watchdogsOf(t, pod)
+		return len(again) == 1 && again[0] != first[0]
+	})
+	if x := e.moat("sandbox", "exec", "wd", "--", "/bin/true"); x.code != 0 {
+		t.Errorf("exec after the watchdog was killed: %s", x)
+	}
+	syscall.Kill(s.SupervisorPID, syscall.SIGKILL)
+	waitFor(t, "the Pod and NetworkPolicy to be removed after the supervisor's SIGKILL", 90*time.Second, func() bool { return podsOf(c, ns) == "" })
+	if v := e.moat("audit", "verify", s.Journal, "--pubkey", s.PublicKey); v.code != 2 {
+		t.Errorf("journal of a killed supervisor: exit %d, want 2 (incomplete)\n%s", v.code, v)
+	}
 }

@@ -125,10 +125,12 @@ func (b *backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.San
 	if b.clients == nil {
 		// Before anything exists in the cluster: whatever this process
 		// makes there is removed if it dies.
-		if s.watchdog, err = startWatchdog(k, name); err != nil {
+		var exited <-chan struct{}
+		if s.watchdog, exited, err = startWatchdog(k, name); err != nil {
 			ln.Close()
 			return nil, err
 		}
+		go s.keepWatchdog(k, exited)
 	}
 	if s.listener, err = ln.File(); err != nil {
 		ln.Close()
@@ -210,7 +212,7 @@ type sandbox struct {
 	gone     chan struct{}
 	goneOnce sync.Once
 
-	watchdog *os.File // the write end of the watchdog's stdin (watchdog.go)
+	watchdog *os.File // the write end of the watchdog's stdin (watchdog.go); mu guards it
 
 	nextID    int
 	stopWatch chan struct{}
@@ -552,12 +554,15 @@ func (s *sandbox) Terminate() error {
 		if s.listener != nil {
 			s.listener.Close()
 		}
-		if s.watchdog != nil {
+		s.mu.Lock()
+		wd := s.watchdog
+		s.mu.Unlock()
+		if wd != nil {
 			if len(errs) == 0 {
-				s.watchdog.WriteString(watchdogDone)
+				wd.WriteString(watchdogDone)
 			}
 			// Else the watchdog tries again.
-			s.watchdog.Close()
+			wd.Close()
 		}
 		s.mu.Lock()
 		s.podIP = netip.Addr{}

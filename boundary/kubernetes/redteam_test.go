@@ -7,6 +7,7 @@ package kubernetes
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -199,5 +201,33 @@ current-context: x
 		if !tc.refused && err == nil {
 			t.Errorf("%s: Prepare succeeded against a cluster without a node", tc.name)
 		}
+	}
+}
+
+// TestRedteamWatchdogRetry (attack: the supervisor dies while the API
+// server is away): the watchdog deleted the Pod once and, on an error,
+// gave up, leaving the Pod running for good. retry tries again until a
+// delete succeeds (or the object is already gone); the control: a delete
+// that keeps failing gives up with its error when the time is up.
+func TestRedteamWatchdogRetry(t *testing.T) {
+	n := 0
+	err := retry(context.Background(), func() error {
+		n++
+		if n < 3 {
+			return errors.New("connection refused")
+		}
+		return nil
+	})
+	if err != nil || n != 3 {
+		t.Errorf("retry: %v after %d calls, want success on the third", err, n)
+	}
+	gone := apierrors.NewNotFound(corev1.Resource("pods"), "moat-x")
+	if err := retry(context.Background(), func() error { return gone }); err != nil {
+		t.Errorf("NotFound is success: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	if err := retry(ctx, func() error { return errors.New("connection refused") }); err == nil {
+		t.Error("a delete that always fails succeeded")
 	}
 }

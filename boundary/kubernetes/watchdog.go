@@ -39,18 +39,20 @@ const watchdogDone = "done\n"
 // the Pod and NetworkPolicy. The Pod's end ends the run; its journal
 // stays without a terminal record (incomplete), as for any killed
 // supervisor.
-func startWatchdog(k policy.Kubernetes, name string) (*os.File, error) {
+//
+// The returned channel is closed when the watchdog exits.
+func startWatchdog(k policy.Kubernetes, name string) (*os.File, <-chan struct{}, error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	arg, err := json.Marshal(watchdogConfig{Kubernetes: k, Name: name})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer r.Close()
 	cmd := exec.Command(exe, WatchdogHelper, string(arg))
@@ -71,10 +73,73 @@ func startWatchdog(k policy.Kubernetes, name string) (*os.File, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		w.Close()
-		return nil, fmt.Errorf("kubernetes: starting the watchdog: %w", err)
+		return nil, nil, fmt.Errorf("kubernetes: starting the watchdog: %w", err)
 	}
-	go cmd.Wait()
-	return w, nil
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	return w, exited, nil
+}
+
+// maxWatchdogRestarts bounds how often keepWatchdog starts a new watchdog
+// for one sandbox.
+const maxWatchdogRestarts = 5
+
+// keepWatchdog starts a new watchdog whenever the one in force exits
+// before Terminate: without one, a supervisor that dies leaves the Pod,
+// and the workload in it, running for good. When none can be started
+// (or too many died), the sandbox ends (fail closed).
+func (s *sandbox) keepWatchdog(k policy.Kubernetes, exited <-chan struct{}) {
+	for n := 0; ; n++ {
+		select {
+		case <-s.stopWatch:
+			return
+		case <-exited:
+		}
+		select {
+		case <-s.stopWatch:
+			return // Terminate told it done: its exit is the normal one
+		default:
+		}
+		var w *os.File
+		err := fmt.Errorf("%d watchdogs exited", n+1)
+		if n < maxWatchdogRestarts {
+			w, exited, err = startWatchdog(k, s.name)
+		}
+		if err != nil {
+			s.ended("moat's watchdog, which removes the Pod if moat dies, exited and could not be replaced: " + err.Error())
+			return
+		}
+		fmt.Fprintf(os.Stderr, "moat: kubernetes: the watchdog of %s/%s exited; started another\n", s.ns, s.name)
+		s.mu.Lock()
+		old := s.watchdog
+		s.watchdog = w
+		s.mu.Unlock()
+		if old != nil {
+			old.Close()
+		}
+	}
+}
+
+// watchdogGiveUp bounds how long a watchdog keeps trying to delete the
+// Pod and the NetworkPolicy (the API server may be down for a while, as
+// it may be when whatever killed the supervisor strikes the host).
+const watchdogGiveUp = 10 * time.Minute
+
+// retry calls f until it succeeds (nil or NotFound) or ctx ends.
+func retry(ctx context.Context, f func() error) error {
+	wait := time.Second
+	for {
+		err := f()
+		if err == nil || apierrors.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 15*time.Second)
+	}
 }
 
 // WatchdogMain waits for its stdin to end; without watchdogDone first, it
@@ -101,16 +166,22 @@ func WatchdogMain(args []string) int {
 		return 1
 	}
 	s := &sandbox{cs: cs, ns: cfg.Kubernetes.Namespace, name: cfg.Name}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), watchdogGiveUp)
 	defer cancel()
 	zero := int64(0)
 	code := 0
-	if err := cs.CoreV1().Pods(s.ns).Delete(ctx, s.name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
+	// Each delete is tried again until it succeeds: one failure (the API
+	// server restarting) must not leave the Pod running for good.
+	if err := retry(ctx, func() error {
+		return cs.CoreV1().Pods(s.ns).Delete(ctx, s.name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	}); err != nil {
 		fmt.Fprintf(os.Stderr, "moat: kubernetes watchdog: deleting Pod %s/%s: %v\n", s.ns, s.name, err)
 		code = 1
 	}
 	s.waitGone(ctx)
-	if err := cs.NetworkingV1().NetworkPolicies(s.ns).Delete(ctx, s.name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	if err := retry(ctx, func() error {
+		return cs.NetworkingV1().NetworkPolicies(s.ns).Delete(ctx, s.name, metav1.DeleteOptions{})
+	}); err != nil {
 		fmt.Fprintf(os.Stderr, "moat: kubernetes watchdog: deleting NetworkPolicy %s/%s: %v\n", s.ns, s.name, err)
 		code = 1
 	}
