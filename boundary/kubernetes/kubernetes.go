@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/internal/reexec"
@@ -68,7 +70,16 @@ func restConfig(k *policy.Kubernetes) (*rest.Config, error) {
 	return cfg, nil
 }
 
+// quietOnce silences client-go's own log (klog): its lines (a stream's
+// stdin copy ending, retries) would land on moat's stderr, which is the
+// user's; every error that matters is returned and reported by moat.
+var quietOnce sync.Once
+
 func defaultClients(k *policy.Kubernetes) (kubernetes.Interface, *rest.Config, error) {
+	quietOnce.Do(func() {
+		klog.LogToStderr(false)
+		klog.SetOutput(io.Discard)
+	})
 	cfg, err := restConfig(k)
 	if err != nil {
 		return nil, nil, err
@@ -99,6 +110,12 @@ func (b *backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.San
 	}
 	if err := checkCredentialFiles(pol); err != nil {
 		return nil, err
+	}
+	if k.HostPathGrants && k.BrokerAddress != "" {
+		// checkHostPath looks at this host's files, the kubelet follows the
+		// node's: they are the same only when the Pod runs here, which moat
+		// knows only when it listens on the single node's own address.
+		return nil, errors.New("kubernetes: host_path_grants with kubernetes.broker_address set: the grants' paths are checked on this host, but the kubelet resolves them on the Pod's node (following symlinks), which may be another machine; leave broker_address unset (moat then listens on the single node's InternalIP, an address of this host) or leave host_path_grants off (emptyDir)")
 	}
 	clients := b.clients
 	if clients == nil {

@@ -231,3 +231,35 @@ func TestRedteamWatchdogRetry(t *testing.T) {
 		t.Error("a delete that always fails succeeded")
 	}
 }
+
+// TestRedteamHostPathOtherNode (attack: symlinks on another node): the
+// hostPath grants are checked against this host's files, but the kubelet
+// resolves them on the Pod's node. With broker_address set the node may
+// be another machine, where a grant's path may be a symlink (made by a
+// workload that had that directory) to anything of the node. Prepare
+// refuses host_path_grants with broker_address; the control in the same
+// setup: host_path_grants without broker_address passes this check (and
+// stops at the fake cluster's missing node), and broker_address without
+// host_path_grants too.
+func TestRedteamHostPathOtherNode(t *testing.T) {
+	cs := fake.NewClientset()
+	be := &backend{clients: func(*policy.Kubernetes) (kubernetes.Interface, *rest.Config, error) { return cs, nil, nil }}
+	pol := testPolicy(t, "")
+	for _, tc := range []struct {
+		hostPath bool
+		broker   string
+		refused  bool
+	}{{true, "127.0.0.1", true}, {true, "", false}, {false, "127.0.0.1", false}} {
+		p := *pol
+		p.Kubernetes.HostPathGrants, p.Kubernetes.BrokerAddress = tc.hostPath, tc.broker
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		sb, err := be.Prepare(ctx, boundary.Spec{RunID: "r", Policy: &p, StateDir: t.TempDir()})
+		cancel()
+		if sb != nil {
+			sb.Terminate()
+		}
+		if got := err != nil && strings.Contains(err.Error(), "host_path_grants with kubernetes.broker_address"); got != tc.refused {
+			t.Errorf("host_path_grants %v, broker_address %q: refused %v, want %v (%v)", tc.hostPath, tc.broker, got, tc.refused, err)
+		}
+	}
+}
