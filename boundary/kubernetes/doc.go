@@ -67,4 +67,9 @@
 //     resolves hostPath on the node, following symlinks).
 //   - Signals: the exec API has none; a signal is delivered by a second
 //     exec of moat in the Pod, to the pid the stage recorded.
+//   - Terminals: moat's terminal is relayed through the exec API's TTY
+//     stream (input, output and exit code pass), but on the test
+//     cluster's gVisor an exec's terminal is not a tty inside (`tty` says
+//     "not a tty"; `kubectl exec -it` shows the same), while runc gives
+//     one.
 package kubernetes

@@ -78,14 +78,21 @@ func (s *sandbox) start(ctx context.Context, argv []string, p boundary.Process) 
 		return nil, &boundary.StartError{Code: boundary.ExitRefused, Msg: fmt.Sprintf("command and environment take %d bytes, at most %d on the kubernetes backend", len(b), maxStageConfigBytes)}
 	}
 	opts := remotecommand.StreamOptions{Stdin: p.Stdin, Stdout: p.Stdout, Stderr: p.Stderr}
+	var tty *os.File // a duplicate: the caller closes p.TTY once Start returns
 	if p.TTY != nil {
 		if err := makeRaw(p.TTY); err != nil {
 			return nil, fmt.Errorf("terminal: %w", err)
 		}
-		opts = remotecommand.StreamOptions{Stdin: p.TTY, Stdout: p.TTY, Tty: true, TerminalSizeQueue: newSizeQueue(p.TTY)}
+		if tty, err = dupFile(p.TTY, "tty"); err != nil {
+			return nil, fmt.Errorf("terminal: %w", err)
+		}
+		opts = remotecommand.StreamOptions{Stdin: tty, Stdout: tty, Tty: true, TerminalSizeQueue: newSizeQueue(tty)}
 	}
 	exe, err := s.executor([]string{MoatInImage, StageHelper, string(b)}, opts.Stdin != nil, opts.Stdout != nil, opts.Stderr != nil, opts.Tty)
 	if err != nil {
+		if tty != nil {
+			tty.Close()
+		}
 		return nil, err
 	}
 	sctx, cancel := context.WithCancel(context.Background())
@@ -114,6 +121,7 @@ func (s *sandbox) start(ctx context.Context, argv []string, p boundary.Process) 
 			if sq, ok := opts.TerminalSizeQueue.(*sizeQueue); ok {
 				sq.stop()
 			}
+			tty.Close()
 		}
 	}()
 	return pr, nil

@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -77,8 +81,7 @@ var quietOnce sync.Once
 
 func defaultClients(k *policy.Kubernetes) (kubernetes.Interface, *rest.Config, error) {
 	quietOnce.Do(func() {
-		klog.LogToStderr(false)
-		klog.SetOutput(io.Discard)
+		klog.SetLogger(logr.Discard())
 	})
 	cfg, err := restConfig(k)
 	if err != nil {
@@ -298,23 +301,55 @@ func waitingProblem(pod *corev1.Pod) string {
 	return ""
 }
 
+// podReason says why the Pod is where it is, from its status. Every
+// text in it is quoted by statusText: a terminated container's message
+// is the content of its termination-log file, which the workload writes
+// (/dev/termination-log is writable by any uid), and this text reaches
+// the journal, moat's stderr and moat sandbox get.
 func podReason(pod *corev1.Pod) string {
-	r := pod.Status.Reason
+	r := statusText(pod.Status.Reason)
 	if pod.Status.Message != "" {
-		r += " " + pod.Status.Message
+		r += " " + statusText(pod.Status.Message)
 	}
 	for _, c := range pod.Status.ContainerStatuses {
 		if t := c.State.Terminated; t != nil {
-			r += fmt.Sprintf(" container %s terminated: %s (exit %d) %s", c.Name, t.Reason, t.ExitCode, t.Message)
+			r += fmt.Sprintf(" container %s terminated: %s (exit %d)", statusText(c.Name), statusText(t.Reason), t.ExitCode)
+			if t.Message != "" {
+				r += " message " + statusText(t.Message)
+			}
 		}
 		if w := c.State.Waiting; w != nil {
-			r += fmt.Sprintf(" container %s waiting: %s %s", c.Name, w.Reason, w.Message)
+			r += fmt.Sprintf(" container %s waiting: %s %s", statusText(c.Name), statusText(w.Reason), statusText(w.Message))
 		}
 	}
-	if r == "" {
+	if strings.TrimSpace(r) == "" {
 		return "no reason given"
 	}
-	return r
+	return strings.TrimSpace(r)
+}
+
+// maxStatusText bounds one text of a Pod's status in podReason.
+const maxStatusText = 256
+
+// statusText is s, at most maxStatusText bytes, as is when it is plain
+// printable text, else Go-quoted: no control character (a terminal
+// escape, a newline that forges a line of moat's output) passes.
+func statusText(s string) string {
+	cut := ""
+	if len(s) > maxStatusText {
+		s, cut = strings.ToValidUTF8(s[:maxStatusText], ""), "…"
+	}
+	plain := utf8.ValidString(s)
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return s + cut
+	}
+	return strconv.Quote(s) + cut
 }
 
 // replaced reports whether pod, named as the sandbox's, is another Pod

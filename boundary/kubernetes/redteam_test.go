@@ -263,3 +263,29 @@ func TestRedteamHostPathOtherNode(t *testing.T) {
 		}
 	}
 }
+
+// TestRedteamTerminationMessage (attack: the workload writes moat's
+// output): /dev/termination-log is a host file any uid in the Pod can
+// write, and when the Pod's main process ends (the workload can end it:
+// same uid) its content becomes the container's termination message,
+// which podReason put as is into the sandbox's end reason: moat sandbox
+// get printed the workload's terminal escapes and forged lines
+// (seen on the cluster: "error: ... Completed (exit 0) ^[[31mFAKE: all
+// good"). Now every status text is quoted when it is not plain printable
+// text, and bounded; the control: a plain message reads as it was.
+func TestRedteamTerminationMessage(t *testing.T) {
+	pod := func(msg string) *corev1.Pod {
+		return &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodSucceeded, ContainerStatuses: []corev1.ContainerStatus{{Name: containerName,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Completed", ExitCode: 0, Message: msg}}}}}}
+	}
+	got := podReason(pod("\x1b[2J\x1b[31mmoat: sandbox Ready\nphase:  Ready\r"))
+	if strings.ContainsAny(got, "\x1b\n\r") || !strings.Contains(got, `\x1b[31mmoat: sandbox Ready\nphase:`) {
+		t.Errorf("a message with escapes and newlines: %q", got)
+	}
+	if got := podReason(pod(strings.Repeat("A", 5000))); len(got) > 400 {
+		t.Errorf("a 5000-byte message gave %d bytes", len(got))
+	}
+	if got := podReason(pod("out of memory in step 3")); !strings.HasSuffix(got, "container sandbox terminated: Completed (exit 0) message out of memory in step 3") {
+		t.Errorf("a plain message: %q", got)
+	}
+}
