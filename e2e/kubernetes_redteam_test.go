@@ -257,3 +257,36 @@ func TestKubernetesRedteamWatchdogKilled(t *testing.T) {
 		t.Errorf("journal of a killed supervisor: exit %d, want 2 (incomplete)\n%s", v.code, v)
 	}
 }
+
+// TestKubernetesRedteamTerminationMessage (attack: the workload writes
+// moat's output): /dev/termination-log is writable by any uid in the Pod,
+// and once the Pod's main process ends (the workload ends it: same uid)
+// its content is the container's termination message, which moat put as
+// is into the sandbox's end reason: moat sandbox get printed the
+// workload's terminal escapes and forged lines. Now it is quoted; the
+// control in the same sandbox: the reason still says how the Pod ended
+// and carries the message's words.
+func TestKubernetesRedteamTerminationMessage(t *testing.T) {
+	c := k8stest.Need(t)
+	e := newEnv(t)
+	ns := c.Namespace(t, "moat-k8s-rttm")
+	pol := e.k8sPolicy(c, ns)
+	if r := e.moat("sandbox", "create", "--name", "tm", "--policy", pol); r.code != 0 {
+		t.Fatalf("create: %s", r)
+	}
+	defer e.moat("sandbox", "delete", "tm")
+	e.moat("sandbox", "exec", "tm", "--", "/bin/sh", "-c", `printf '\033[31mFORGED\nphase:  Ready\n' > /dev/termination-log; kill -TERM 1`)
+	var r result
+	waitFor(t, "get to show the sandbox in Error", 2*time.Minute, func() bool {
+		var s sbState
+		s, r = e.get("tm")
+		return s.Phase == "Error"
+	})
+	g := e.moat("sandbox", "get", "tm")
+	if strings.ContainsAny(g.stdout+g.stderr, "\x1b") || strings.Count("\n"+g.stdout, "\nphase:") != 1 {
+		t.Errorf("moat sandbox get prints the workload's bytes raw:\n%q", g.stdout)
+	}
+	if !strings.Contains(g.stdout, "the Pod ended") || !strings.Contains(g.stdout, "FORGED") {
+		t.Errorf("moat sandbox get lost the reason: %s\n(json: %s)", g, r)
+	}
+}
