@@ -16,9 +16,21 @@ package e2e
 //     is read-only with no grant over /usr/local/bin.
 //   - A second Pod connecting to the broker's host port: its source is not
 //     the Pod's IP; refused and journaled (TestKubernetesSecondPodRefused).
-//   - Another sandbox of the same operator reaching this one's broker: its
-//     own NetworkPolicy allows only its own broker port, and this broker
-//     admits only this Pod's IP.
+//   - Another sandbox of the same operator, in another namespace, reaching
+//     this one's broker: its own NetworkPolicy allows only its own broker
+//     port, and this broker admits only this Pod's IP
+//     (TestKubernetesRedteamOtherSandbox).
+//   - A moat Pod spoofing another Pod's IP: capabilities drop ALL, runsc's
+//     raw sockets are off and moat's filter refuses AF_PACKET. (A runc Pod
+//     with the default CAP_NET_RAW CAN: see /work/notes/redteam20.md F4,
+//     open.)
+//   - Pod-to-Pod from the sandbox to a listener Pod on the same node:
+//     refused by kube-router (br_netfilter on).
+//   - Ending the sandbox's own Pod (kill -TERM 1: pause runs as the same
+//     uid): the run ends as sandbox_lost; the exec reports 137, never a
+//     false 0.
+//   - The broker admitting an old Pod IP while the Pod is torn down: the
+//     session closes the broker before Terminate deletes the Pod.
 //   - Policy fields injecting into the manifest: the Pod and the
 //     NetworkPolicy are built as typed objects (no text templating); names
 //     come from the run id mapped to [a-z0-9-].
@@ -288,5 +300,45 @@ func TestKubernetesRedteamTerminationMessage(t *testing.T) {
 	}
 	if !strings.Contains(g.stdout, "the Pod ended") || !strings.Contains(g.stdout, "FORGED") {
 		t.Errorf("moat sandbox get lost the reason: %s\n(json: %s)", g, r)
+	}
+}
+
+// TestKubernetesRedteamOtherSandbox (attack: another sandbox of the same
+// operator, in another namespace, uses this one's broker): B's workload
+// asks A's broker and gets no HTTP answer (B's NetworkPolicy allows B's
+// broker only, and A's broker admits A's Pod only), and A's journal holds
+// no request of B's; the controls in the same setup: B's request to its
+// own broker and A's to its own are answered.
+func TestKubernetesRedteamOtherSandbox(t *testing.T) {
+	c := k8stest.Need(t)
+	e := newEnv(t)
+	nsA, nsB := c.Namespace(t, "moat-k8s-rtsa"), c.Namespace(t, "moat-k8s-rtsb")
+	if r := e.moat("sandbox", "create", "--name", "a", "--policy", e.k8sPolicy(c, nsA)); r.code != 0 {
+		t.Fatalf("create a: %s", r)
+	}
+	defer e.moat("sandbox", "delete", "a")
+	a, _ := e.get("a")
+	x := e.moat("sandbox", "exec", "a", "--", "/bin/sh", "-c", `echo "$MOAT_BROKER_URL"; wget -O /dev/null "$MOAT_BROKER_URL/v1/messages" 2>&1 | head -3`)
+	urlA, _, _ := strings.Cut(x.stdout, "\n")
+	if !strings.HasPrefix(urlA, "http://") || !strings.Contains(x.stdout, "HTTP/1.1 4") {
+		t.Fatalf("A's own request (control): %s", x)
+	}
+	r := e.moat("run", "--policy", e.k8sPolicy(c, nsB), "--", "/bin/sh", "-c",
+		`wget -O /dev/null "`+urlA+`/v1/messages" 2>&1 | head -3; echo ---; wget -O /dev/null "$MOAT_BROKER_URL/v1/messages" 2>&1 | head -3`)
+	other, own, _ := strings.Cut(r.stdout, "---")
+	if r.code != 0 || !strings.Contains(own, "HTTP/1.1 4") {
+		t.Fatalf("B's own request (control): %s", r)
+	}
+	if strings.Contains(other, "HTTP/") {
+		t.Errorf("B's workload got an answer from A's broker: %q", other)
+	}
+	var fromOthers int
+	for _, p := range payloadsOf(t, a.Journal) {
+		if ty, _ := p["type"].(string); strings.HasPrefix(ty, "inference.") && p["reason"] != "source_not_sandbox" {
+			fromOthers++
+		}
+	}
+	if fromOthers != 1 { // A's own request only
+		t.Errorf("A's journal holds %d inference records, want 1 (its own)", fromOthers)
 	}
 }
