@@ -3,9 +3,14 @@
 package e2e
 
 import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/moat-sandbox/moat/evidence"
 	"github.com/moat-sandbox/moat/internal/k8stest"
 )
 
@@ -65,4 +70,79 @@ func TestKubernetesConformanceNeedsCluster(t *testing.T) {
 	if code := cmd.ProcessState.ExitCode(); code != 125 || !strings.Contains(se.String(), "/nonexistent/kubeconfig") {
 		t.Errorf("bad kubeconfig: exit %d, want 125 naming it: %s", code, se.String())
 	}
+}
+
+// TestKubernetesEvidence: `moat evidence run --backend kubernetes` against
+// the real test cluster. Every case passes except those on the fixed
+// not-applicable list for kubernetes, each reported with the list's
+// reason; the bundle verifies complete against its pinned manifest, and
+// the same bundle claiming another backend does not (the list is the
+// verifier's, not the bundle's). Nothing the cases made is left in the
+// namespace.
+func TestKubernetesEvidence(t *testing.T) {
+	c := k8stest.Need(t)
+	ns := c.Namespace(t, "moat-k8s-ev")
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	probeBin := filepath.Join(dir, "moat-probe")
+	build := exec.Command("go", "build", "-trimpath", "-o", probeBin, "github.com/moat-sandbox/moat/cmd/moat-probe")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0") // it runs in the Pod's image, which has no libc
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building moat-probe: %v\n%s", err, out)
+	}
+	out := filepath.Join(dir, "bundle")
+	e := &env{t: t, dir: dir, stateDir: filepath.Join(dir, "state")}
+	r := e.moat("evidence", "run", "--backend", "kubernetes", "--k8s-namespace", ns, "--k8s-runtime-class", c.RuntimeClass,
+		"--probe", probeBin, "--out", out, "-o", "json")
+	var res struct {
+		Summary struct {
+			Pass, Fail, Invalid, Insufficient int
+			NotApplicable                     int `json:"not_applicable"`
+		} `json:"summary"`
+		ManifestSHA256 string `json:"manifest_sha256"`
+		ExitCode       int    `json:"exit_code"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatalf("evidence run -o json: %v\n%s", err, r)
+	}
+	var rep evidence.Report
+	if err := json.Unmarshal([]byte(readFile(t, filepath.Join(out, evidence.FileReport))), &rep); err != nil {
+		t.Fatal(err)
+	}
+	na := 0
+	for _, cr := range rep.Cases {
+		why, listed := evidence.NotApplicable("kubernetes", cr.Name)
+		switch {
+		case listed:
+			na++
+			if cr.Outcome != evidence.OutcomeNotApplicable || len(cr.Reasons) != 1 || !strings.HasSuffix(cr.Reasons[0], why) {
+				t.Errorf("%s: %s %v, want not-applicable with the list's reason", cr.Name, cr.Outcome, cr.Reasons)
+			}
+		case cr.Outcome != evidence.OutcomePass:
+			t.Errorf("%s: %s: %v", cr.Name, cr.Outcome, cr.Reasons)
+			if b, err := os.ReadFile(filepath.Join(out, evidence.CasesDir, cr.Name, "moat.err")); err == nil {
+				t.Logf("%s: moat's stderr:\n%s", cr.Name, b)
+			}
+		}
+	}
+	if r.code != 0 || res.ExitCode != 0 || len(rep.Cases) != len(evidence.Cases) || na == 0 || res.Summary.NotApplicable != na ||
+		res.Summary.Pass != len(evidence.Cases)-na || rep.Backend != "kubernetes" {
+		t.Errorf("exit %d, summary %+v, %d cases (%d not applicable), backend %q\n%s", r.code, res.Summary, len(rep.Cases), na, rep.Backend, r.stderr)
+	}
+	if v := e.moat("evidence", "verify", out, "--manifest-sha256", res.ManifestSHA256); v.code != 0 || !strings.Contains(v.stdout, "valid and complete") {
+		t.Errorf("verify: %s", v)
+	}
+	// The same bundle, re-signed as a native one: the not-applicable
+	// cases are refused there.
+	forged := filepath.Join(t.TempDir(), "bundle")
+	if err := os.CopyFS(forged, os.DirFS(out)); err != nil {
+		t.Fatal(err)
+	}
+	if err := evidence.ResignReport(forged, func(r *evidence.Report) { r.Backend = "native" }); err != nil {
+		t.Fatal(err)
+	}
+	if v := evidence.VerifyBundlePinned(forged, evidence.Pins{}); v.ExitCode() != 1 {
+		t.Errorf("the bundle re-signed as native verifies: exit %d %v", v.ExitCode(), v.Problems)
+	}
+	noneLeft(t, c, ns)
 }

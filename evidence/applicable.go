@@ -17,7 +17,6 @@ const OutcomeNotApplicable Outcome = "not-applicable"
 var notApplicable = map[string]map[string]string{
 	"kubernetes": {
 		"planted-grant-symlink": "the kubernetes backend refuses, at every run, a hostPath grant below a directory the workload can write (the kubelet follows symlinks on the node), so the case's run 1 (read_only ws/sysroot/etc under read_write ws) cannot start; conformance's grant-symlink checks that refusal",
-		"inotify-counter":       "inotify in a gVisor Pod is the Sentry's own: the workload holds no host inotify instance charged to a host uid that the host could count",
 		"tool-call":             toolsRefused,
 		"tool-unlisted":         toolsRefused,
 		"tool-secrets":          toolsRefused,

@@ -53,6 +53,8 @@ type Options struct {
 	ExpectedProbeSHA256  string
 	SourceCommit         string
 	Progress             io.Writer // progress lines; nil: discarded
+	// Kubernetes describes the cluster for Backend "kubernetes".
+	Kubernetes *Kubernetes
 }
 
 // HarnessError is a failure of the harness itself (exit 125).
@@ -81,6 +83,8 @@ type suite struct {
 	probe   string // the probe copy the sandbox may read
 	creds   map[string]string
 	openssl string
+	// kube is the cluster's view for the kubernetes backend (nil otherwise).
+	kube *kubeView
 	// agentHelper, when set, makes the workload "<probe copy> agentHelper …"
 	// (moat demo runs its own binary's hidden agent helper).
 	agentHelper string
@@ -97,6 +101,14 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, &HarnessError{Err: err}
 	}
 	s := &suite{Options: o}
+	if o.Backend == "kubernetes" {
+		if err := CheckKubernetes(o.Kubernetes); err != nil {
+			return nil, &HarnessError{Err: err}
+		}
+		if s.kube, err = newKubeView(o.Kubernetes); err != nil {
+			return nil, &HarnessError{Err: err}
+		}
+	}
 	started := time.Now().UTC()
 	binSHA, err := FileSHA256(o.Binary)
 	if err != nil {

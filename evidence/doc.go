@@ -281,4 +281,22 @@
 // key file of exactly one PUBLIC KEY block. It does not check each record
 // type's members; audit does, and observe.go runs both and reports a
 // journal invalid when they disagree.
+//
+// # The kubernetes backend
+//
+// With --backend kubernetes (kubernetes.go) each case's sandbox is a Pod
+// of the cluster whose single node is this host; the case policy's grants
+// are hostPath volumes, so the workspace the controller observes is the
+// Pod's. What is observed from where: the host receivers listen on the
+// node's address (the Pod's loopback is its own); the worker's namespaces
+// and no_new_privs are those of the Pod's processes on this host (gVisor's
+// sandbox and gofers), found by the Pod's uid in their cgroup, since no
+// process in the Pod is one that the run info names; the worker is gone
+// when those processes are and the Pod and its NetworkPolicy are gone from
+// the cluster's API; the provider, the journal and the host checks are as
+// on every backend. Cases whose attack has no counterpart there are not
+// run: applicable.go's fixed list names them with the reason (the tool
+// and egress cases, refused by that backend; planted-grant-symlink, whose
+// run 1 it refuses), and the verifier accepts not-applicable only from
+// that list, for a report whose backend is kubernetes.
 package evidence

@@ -199,6 +199,9 @@ func (r *caseRun) laterRun(ctx context.Context, polPath string, n int, riPath st
 		// The later run's processes must be gone too.
 		var h HostRecord
 		observeCleanup(&h, []int{ri.HostPID, ri.WorkloadPID}, starts)
+		if r.s.kube != nil {
+			r.observePodGone(ctx, &h, ri.RunID)
+		}
 		if h.WorkerGone != nil && !*h.WorkerGone {
 			r.host.Notes = append(r.host.Notes, fmt.Sprintf("run %d: a worker process was left running", n))
 		}
@@ -228,7 +231,7 @@ func (r *caseRun) measureInotify(exited <-chan struct{}, ri runInfo) {
 	}
 	in.Held = true
 	var pids []int
-	for _, p := range []int{ri.WorkloadPID, ri.HostPID} {
+	for _, p := range append([]int{ri.WorkloadPID, ri.HostPID}, r.podPids...) {
 		if p > 0 && !slices.Contains(pids, p) {
 			pids = append(pids, p)
 		}

@@ -55,11 +55,18 @@ type Receivers struct {
 // StartReceivers starts the TCP, UDP and abstract receivers, logging to
 // eventsPath. The pathname sockets come later, with PlaceUnix.
 func StartReceivers(eventsPath string) (*Receivers, error) {
-	r, err := startTCPReceiver(eventsPath, RecvTCP)
+	return StartReceiversAt(eventsPath, "127.0.0.1")
+}
+
+// StartReceiversAt is StartReceivers with the TCP and UDP receivers on
+// host, an address of this host: for a sandbox whose loopback is its own
+// (a kubernetes Pod), the address by which it reaches the host.
+func StartReceiversAt(eventsPath, host string) (*Receivers, error) {
+	r, err := startTCPReceiverAt(eventsPath, RecvTCP, host)
 	if err != nil {
 		return nil, err
 	}
-	uc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	uc, err := net.ListenPacket("udp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		r.Close()
 		return nil, err
@@ -115,12 +122,16 @@ func StartRedirectTarget(eventsPath string) (*Receivers, error) {
 // startTCPReceiver opens the event log and a TCP receiver of the given
 // kind on 127.0.0.1.
 func startTCPReceiver(eventsPath, kind string) (*Receivers, error) {
+	return startTCPReceiverAt(eventsPath, kind, "127.0.0.1")
+}
+
+func startTCPReceiverAt(eventsPath, kind, host string) (*Receivers, error) {
 	l, err := openEventLog(eventsPath)
 	if err != nil {
 		return nil, err
 	}
 	r := &Receivers{log: l, controls: map[string]bool{}, nonce: newNonce()}
-	tl, err := net.Listen("tcp", "127.0.0.1:0")
+	tl, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		r.Close()
 		return nil, err

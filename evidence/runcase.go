@@ -38,6 +38,7 @@ type caseRun struct {
 	extraRO   []string   // read-only grants beyond the system ones
 	target    string     // the probe's --target
 	laterRuns []byte     // later-runs.out
+	podPids   []int      // kubernetes: the Pod's processes on this host
 	tool      *toolRun   // the tool cases' (tools.go)
 	egress    *egressRun // the egress case's (egress.go)
 }
@@ -135,7 +136,17 @@ func (r *caseRun) execute(ctx context.Context) error {
 		return err // a missing precondition is recorded: invalid, moat is not run
 	}
 	var err error
-	if r.recv, err = StartReceivers(filepath.Join(r.dir, FileReceiverEvents)); err != nil {
+	recvHost := "127.0.0.1"
+	if r.s.kube != nil {
+		// A Pod's loopback is its own: the receivers listen where the
+		// Pod reaches this host.
+		a, err := r.s.kube.hostAddress(ctx)
+		if err != nil {
+			return err
+		}
+		recvHost = a.String()
+	}
+	if r.recv, err = StartReceiversAt(filepath.Join(r.dir, FileReceiverEvents), recvHost); err != nil {
 		return err
 	}
 	if err := r.recv.Control(RecvTCP, RecvUDP, RecvAbstract); err != nil {
@@ -180,7 +191,10 @@ const workloadUID = 65534
 func (r *caseRun) policy() []byte {
 	var ro []string
 	for _, d := range systemReadOnly {
-		if _, err := os.Stat(d); err == nil {
+		if _, err := os.Stat(d); err == nil && r.s.kube == nil {
+			// (A Pod's system directories are its image's read-only
+			// root; as hostPath grants the host's /usr would hide the
+			// image's moat.)
 			ro = append(ro, d)
 		}
 	}
@@ -217,8 +231,8 @@ inference:
       models: [%s]
 audit:
   dir: %s
-%s`, strings.Join(ro, ", "), r.workspace, workloadUID, workloadUID, max, r.prov.URL(), CredEnvAnthropic, ModelAnthropic,
-		r.prov.URL(), CredEnvOpenAI, ModelOpenAI, r.auditDir, tools))
+%s%s`, strings.Join(ro, ", "), r.workspace, workloadUID, workloadUID, max, r.prov.URL(), CredEnvAnthropic, ModelAnthropic,
+		r.prov.URL(), CredEnvOpenAI, ModelOpenAI, r.auditDir, tools, r.kubernetesPolicy()))
 }
 
 // Marker files the controller writes in the workspace for the probe.
@@ -338,8 +352,11 @@ func (r *caseRun) runMoat(ctx context.Context, polPath string) error {
 		return fmt.Errorf("wait for moat: %w", waitErr)
 	}
 	if r.host.RunInfo {
-		pids := []int{ri.HostPID, ri.WorkloadPID}
+		pids := append([]int{ri.HostPID, ri.WorkloadPID}, r.podPids...)
 		observeCleanup(&r.host, pids, r.startTimes)
+		if r.s.kube != nil {
+			r.observePodGone(ctx, &r.host, ri.RunID)
+		}
 		if ri.Journal != "" {
 			if err := copyFile(ri.Journal, filepath.Join(r.dir, FileJournal), 0o644); err != nil {
 				r.host.Missing = append(r.host.Missing, "journal: "+err.Error())
@@ -375,7 +392,18 @@ func (r *caseRun) ready(ri runInfo) error {
 			pids = append(pids, p)
 		}
 	}
-	observeNamespaces(&r.host, pids)
+	if r.s.kube != nil {
+		// No process in the Pod is a host process that the run info
+		// names: the host's view is the Pod's processes on the node.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		r.podPids = r.observePod(ctx, ri.RunID)
+		cancel()
+		for _, p := range r.podPids {
+			r.startTimes[p] = procStart(p)
+		}
+	} else {
+		observeNamespaces(&r.host, pids)
+	}
 	if err := r.recv.PlaceUnix(r.workspace); err != nil {
 		return err
 	}

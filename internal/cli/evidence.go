@@ -31,6 +31,7 @@ func newEvidenceCmd() *cobra.Command {
 
 func newEvidenceRunCmd() *cobra.Command {
 	var o evidence.Options
+	var k8s evidence.Kubernetes
 	var output *outputFlag
 	var suite string
 	cmd := &cobra.Command{
@@ -64,13 +65,25 @@ test-only fault hook stops the broker there; without it they are invalid,
 not run); a request substituted during a pending approval must never reach
 the provider. Its cases: ` + joinNames(evidence.FaultCaseNames()) + `.
 
+--backend kubernetes needs the cluster: --kubeconfig (default $KUBECONFIG)
+and --k8s-image (default $MOAT_K8S_IMAGE), an image holding the moat under
+test at /usr/local/bin/moat; --k8s-namespace, --k8s-runtime-class. The
+grants are hostPath volumes, so the cluster's single node must be this
+host: the host's view of a Pod is its processes on the node (found by the
+Pod's uid in their cgroup: namespaces, no_new_privs, gone after the run)
+and the Pod and NetworkPolicy through the cluster's API (gone after the
+run); the host receivers listen on the node's address. Cases whose attack
+has no counterpart there are reported not-applicable with the reason,
+from a fixed list that the verifier checks.
+
 Cases: ` + joinNames(evidence.CaseNames()),
 		Example: `  CGO_ENABLED=0 go build -o bin/moat-probe ./cmd/moat-probe && go build -o bin/moat ./cmd/moat
   go build -tags moat_test_hooks -o bin/moat-hooks ./cmd/moat   # runs the egress case alone
   sudo bin/moat evidence run --out /var/tmp/moat-evidence --hooks-binary bin/moat-hooks
   bin/moat evidence run --out ./ev --case direct-network --case provider-redirect
   bin/moat evidence run --out ./ev -o json | jq .manifest_sha256
-  bin/moat evidence run --suite faults --out ./faults && bin/moat evidence verify ./faults`,
+  bin/moat evidence run --suite faults --out ./faults && bin/moat evidence verify ./faults
+  sudo KUBECONFIG=/etc/moat/kube.conf bin/moat evidence run --backend kubernetes --k8s-image registry.example/moat-sandbox:1 --out ./ev-k8s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.Out == "" {
@@ -117,6 +130,9 @@ Cases: ` + joinNames(evidence.CaseNames()),
 			defer stop()
 			if suite == "faults" {
 				return runFaultsSuite(ctx, cmd, o, output)
+			}
+			if o.Backend == "kubernetes" {
+				o.Kubernetes = &k8s
 			}
 			res, err := evidence.Run(ctx, o)
 			if err != nil {
@@ -165,6 +181,10 @@ Cases: ` + joinNames(evidence.CaseNames()),
 	f.StringVar(&o.Out, "out", "", "new directory for the bundle (must not lie inside anything the sandbox can see)")
 	f.StringArrayVar(&o.Cases, "case", nil, "run only this case (repeatable); the bundle is then a subset, never full qualification")
 	f.StringVar(&o.Backend, "backend", "", "backend to test (default: the policy default, native)")
+	f.StringVar(&k8s.Kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubernetes: the cluster's kubeconfig")
+	f.StringVar(&k8s.Image, "k8s-image", os.Getenv("MOAT_K8S_IMAGE"), "kubernetes: the sandbox image (the moat under test at /usr/local/bin/moat)")
+	f.StringVar(&k8s.Namespace, "k8s-namespace", os.Getenv("MOAT_K8S_NAMESPACE"), "kubernetes: namespace of the Pods (empty: default)")
+	f.StringVar(&k8s.RuntimeClass, "k8s-runtime-class", os.Getenv("MOAT_K8S_RUNTIMECLASS"), "kubernetes: RuntimeClass (empty: gvisor)")
 	f.StringVar(&o.Probe, "probe", "", "the moat-probe binary (default: moat-probe beside the moat binary)")
 	f.StringVar(&o.ExpectedProbeSHA256, "expected-probe-sha256", "", "refuse to start unless the probe has this sha256")
 	f.StringVar(&o.Binary, "binary", "", "the moat binary to test (default: this one)")

@@ -1,0 +1,208 @@
+package evidence
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Kubernetes is what the case policies need for --backend kubernetes (the
+// policy's kubernetes section). The workspace and the probe's directory
+// are hostPath grants (kubernetes.host_path_grants), so the cluster's
+// node must be this host: the controller's host view of a Pod is then the
+// node's view, where the Pod's processes (gVisor's sandbox and gofers)
+// are found by the Pod's uid in their cgroup, and the Pod and its
+// NetworkPolicy through the cluster's API.
+type Kubernetes struct {
+	Kubeconfig   string // required
+	Image        string // required: holds the moat binary under test at /usr/local/bin/moat
+	Namespace    string // default "default"
+	RuntimeClass string // default: the policy's ("gvisor")
+}
+
+func (k *Kubernetes) namespace() string {
+	if k.Namespace == "" {
+		return "default"
+	}
+	return k.Namespace
+}
+
+// CheckKubernetes refuses --backend kubernetes without what the case
+// policies need; it makes the kubeconfig's path absolute.
+func CheckKubernetes(k *Kubernetes) error {
+	if k == nil || k.Image == "" {
+		return fmt.Errorf("--backend kubernetes needs the sandbox image (--k8s-image or $MOAT_K8S_IMAGE): an image holding the moat binary under test at /usr/local/bin/moat")
+	}
+	if k.Kubeconfig == "" {
+		return fmt.Errorf("--backend kubernetes needs a kubeconfig (--kubeconfig or $KUBECONFIG)")
+	}
+	abs, err := filepath.Abs(k.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(abs); err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	k.Kubeconfig = abs
+	return nil
+}
+
+// kubernetesPolicy is the case policy's kubernetes section.
+func (k *Kubernetes) policy() string {
+	s := fmt.Sprintf("kubernetes:\n  kubeconfig: %s\n  namespace: %s\n  image: %s\n  host_path_grants: true\n", k.Kubeconfig, k.namespace(), k.Image)
+	if k.RuntimeClass != "" {
+		s += fmt.Sprintf("  runtime_class_name: %s\n", k.RuntimeClass)
+	}
+	return s
+}
+
+// kubeView is the controller's client of the cluster.
+type kubeView struct {
+	cs kubernetes.Interface
+	ns string
+}
+
+func newKubeView(k *Kubernetes) (*kubeView, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", k.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", k.Kubeconfig, err)
+	}
+	cfg.Timeout = 30 * time.Second
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &kubeView{cs: cs, ns: k.namespace()}, nil
+}
+
+// hostAddress is the address by which the Pods reach this host: the only
+// node's InternalIP, as the backend chooses its broker address.
+func (v *kubeView) hostAddress(ctx context.Context) (netip.Addr, error) {
+	nodes, err := v.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("kubernetes: listing nodes: %w", err)
+	}
+	if len(nodes.Items) != 1 {
+		return netip.Addr{}, fmt.Errorf("kubernetes: the cluster has %d nodes; the suite needs the single node to be this host", len(nodes.Items))
+	}
+	for _, a := range nodes.Items[0].Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			if ip, err := netip.ParseAddr(a.Address); err == nil {
+				return ip.Unmap(), nil
+			}
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("kubernetes: node %s has no InternalIP", nodes.Items[0].Name)
+}
+
+// podName is the kubernetes backend's name of a run's Pod and
+// NetworkPolicy: "moat-" and the run id lower-cased, other characters
+// '-', at most 63 bytes. Were the backend to name them otherwise, the
+// Pod would not be found and its host observations would be missing
+// (invalid), never passed.
+func podName(runID string) string {
+	n := "moat-" + strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r + 'a' - 'A'
+		}
+		return '-'
+	}, runID)
+	if len(n) > 63 {
+		n = n[:63]
+	}
+	return strings.TrimRight(n, "-")
+}
+
+// podUID is the uid of the run's Pod.
+func (v *kubeView) podUID(ctx context.Context, runID string) (string, error) {
+	p, err := v.cs.CoreV1().Pods(v.ns).Get(ctx, podName(runID), metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("kubernetes: the run's Pod %s/%s: %w", v.ns, podName(runID), err)
+	}
+	return string(p.UID), nil
+}
+
+// objectsLeft lists the run's Pod and NetworkPolicy while they exist.
+func (v *kubeView) objectsLeft(ctx context.Context, runID string) ([]string, error) {
+	var left []string
+	name := podName(runID)
+	if _, err := v.cs.CoreV1().Pods(v.ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+		left = append(left, "pod/"+name)
+	} else if !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	if _, err := v.cs.NetworkingV1().NetworkPolicies(v.ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+		left = append(left, "networkpolicy/"+name)
+	} else if !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	return left, nil
+}
+
+// observePod records the host's view of the run's Pod once it is Ready:
+// its processes on this host (the node), found by the Pod's uid in their
+// cgroup, whose namespaces and no_new_privs are observed as a native
+// worker's are. It returns those pids for the cleanup check.
+func (r *caseRun) observePod(ctx context.Context, runID string) []int {
+	uid, err := r.s.kube.podUID(ctx, runID)
+	if err != nil {
+		r.host.Missing = append(r.host.Missing, err.Error())
+		return nil
+	}
+	pids, err := podPids(uid)
+	if err != nil || len(pids) == 0 {
+		r.host.Missing = append(r.host.Missing, fmt.Sprintf("no process of Pod uid %s found on this host (%v): the node must be this host", uid, err))
+		return nil
+	}
+	r.host.Notes = append(r.host.Notes, fmt.Sprintf("kubernetes: Pod %s/%s uid %s: %d processes on this host (by cgroup), observed as the worker", r.s.kube.ns, podName(runID), uid, len(pids)))
+	observeNamespaces(&r.host, pids)
+	return pids
+}
+
+// podGoneWait bounds the wait for a run's Pod to be deleted (its grace
+// period on a loaded node included).
+const podGoneWait = 60 * time.Second
+
+// observePodGone waits (at most podGoneWait) for
+// the run's Pod and NetworkPolicy to be gone from the cluster; either
+// left makes the worker not gone.
+func (r *caseRun) observePodGone(ctx context.Context, h *HostRecord, runID string) {
+	deadline := time.Now().Add(podGoneWait)
+	for {
+		left, err := r.s.kube.objectsLeft(ctx, runID)
+		if err != nil {
+			h.Missing = append(h.Missing, "kubernetes: "+err.Error())
+			return
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.WorkerGone = boolp(false)
+			h.Notes = append(h.Notes, fmt.Sprintf("kubernetes: left in the cluster after the run: %v", left))
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// kubernetesPolicy is the case policy's kubernetes section, or "".
+func (r *caseRun) kubernetesPolicy() string {
+	if r.s.kube == nil {
+		return ""
+	}
+	return r.s.Kubernetes.policy()
+}

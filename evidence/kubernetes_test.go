@@ -1,0 +1,106 @@
+package evidence
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/moat-sandbox/moat/policy"
+)
+
+// --backend kubernetes is refused before any case without an image or a
+// readable kubeconfig, naming what is missing; nothing is written.
+// Control: with both, CheckKubernetes accepts and makes the path absolute.
+func TestKubernetesRefusals(t *testing.T) {
+	bin, probeBin := fakeBinaries(t)
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	writeFile(t, kc, []byte("apiVersion: v1\nkind: Config\n"))
+	for _, c := range []struct {
+		name string
+		k    *Kubernetes
+		want string
+	}{
+		{"no section", nil, "--k8s-image"},
+		{"no image", &Kubernetes{Kubeconfig: kc}, "MOAT_K8S_IMAGE"},
+		{"no kubeconfig", &Kubernetes{Image: "moat.local/moat:1"}, "--kubeconfig"},
+		{"kubeconfig missing", &Kubernetes{Image: "moat.local/moat:1", Kubeconfig: kc + ".absent"}, kc + ".absent"},
+	} {
+		out := filepath.Join(t.TempDir(), "o")
+		_, err := Run(context.Background(), Options{Out: out, Binary: bin, Probe: probeBin, Backend: "kubernetes", Kubernetes: c.k})
+		var he *HarnessError
+		if !errors.As(err, &he) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want a harness error naming %q", c.name, err, c.want)
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Errorf("%s: the bundle directory was made", c.name)
+		}
+	}
+	wd, _ := os.Getwd()
+	rel, _ := filepath.Rel(wd, kc)
+	k := &Kubernetes{Image: "moat.local/moat:1", Kubeconfig: rel}
+	if err := CheckKubernetes(k); err != nil || k.Kubeconfig != kc {
+		t.Errorf("control: %v, %q", err, k.Kubeconfig)
+	}
+}
+
+// A case policy for the kubernetes backend loads, with the cluster's
+// section, hostPath grants and no host system directories (the image's
+// root serves them); for another backend the same case policy grants
+// them and has no kubernetes section.
+func TestKubernetesCasePolicy(t *testing.T) {
+	dir := t.TempDir()
+	kc := filepath.Join(dir, "kubeconfig")
+	writeFile(t, kc, []byte("apiVersion: v1\nkind: Config\n"))
+	k := &Kubernetes{Kubeconfig: kc, Image: "moat.local/moat:1", Namespace: "ev", RuntimeClass: "gvisor"}
+	c, _ := CaseByName("direct-network")
+	for _, kube := range []bool{true, false} {
+		s := &suite{Options: Options{Kubernetes: k}, binDir: filepath.Join(dir, "bin")}
+		if kube {
+			s.kube = &kubeView{ns: "ev"}
+		}
+		prov := &Provider{}
+		if err := prov.Start(filepath.Join(dir, "events"), t.TempDir()); err != nil {
+			t.Fatal(err)
+		}
+		defer prov.Close()
+		r := &caseRun{s: s, c: c, workspace: filepath.Join(dir, "ws"), auditDir: filepath.Join(dir, "audit"), prov: prov}
+		for _, d := range []string{s.binDir, r.workspace} {
+			os.MkdirAll(d, 0o755)
+		}
+		p := filepath.Join(dir, "policy.yaml")
+		writeFile(t, p, r.policy())
+		pol, err := policy.Load(p)
+		if err != nil {
+			t.Fatalf("kube=%v: %v\n%s", kube, err, r.policy())
+		}
+		hasUsr := false
+		for _, g := range pol.Filesystem.ReadOnly {
+			hasUsr = hasUsr || g == "/usr"
+		}
+		got := pol.Kubernetes
+		if kube && (hasUsr || got.Image != k.Image || got.Kubeconfig != kc || got.Namespace != "ev" || !got.HostPathGrants) {
+			t.Errorf("kubernetes: read_only %v, section %+v", pol.Filesystem.ReadOnly, got)
+		}
+		if !kube && (!hasUsr || got.Image != "") {
+			t.Errorf("native: read_only %v, section %+v", pol.Filesystem.ReadOnly, got)
+		}
+	}
+}
+
+// podName is the backend's object name for a run: lower case, '-' for
+// anything else, cut at 63 bytes, without a trailing '-'.
+func TestPodName(t *testing.T) {
+	a57 := strings.Repeat("a", 57)
+	for in, want := range map[string]string{
+		"20261201T054249Z-99fa02fd7cc7": "moat-20261201t054249z-99fa02fd7cc7",
+		a57 + "_b":                      "moat-" + a57, // 64 bytes cut to 63 end in '-'
+		a57 + "X":                       "moat-" + a57 + "x",
+	} {
+		if got := podName(in); got != want {
+			t.Errorf("podName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
