@@ -245,6 +245,13 @@ func TestRedteamHostPathOtherNode(t *testing.T) {
 	cs := fake.NewClientset()
 	be := &backend{clients: func(*policy.Kubernetes) (kubernetes.Interface, *rest.Config, error) { return cs, nil, nil }}
 	pol := testPolicy(t, "")
+	// A kubeconfig of its own: the credential check reads the one in
+	// force, and $HOME's may be unreadable (the uid 65534 pass).
+	kc := filepath.Join(t.TempDir(), "kube.conf")
+	if err := os.WriteFile(kc, []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\nusers: [{name: u, user: {token: x}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pol.Kubernetes.Kubeconfig = kc
 	for _, tc := range []struct {
 		hostPath bool
 		broker   string
