@@ -199,12 +199,24 @@ func (s *sandbox) brokerAddress(ctx context.Context, configured string) (netip.A
 	if len(nodes.Items) != 1 {
 		return netip.Addr{}, fmt.Errorf("kubernetes: the cluster has %d nodes; set kubernetes.broker_address to this host's address that the Pods reach (and node_selector to keep the Pod where it does)", len(nodes.Items))
 	}
+	// An IPv4 InternalIP first: the Pod's processes may open IPv4 sockets
+	// only (the stage's filter, IPv4Only), and a dual-stack node may list
+	// its IPv6 address first.
+	var other netip.Addr
 	for _, a := range nodes.Items[0].Status.Addresses {
 		if a.Type == corev1.NodeInternalIP {
 			if ip, err := netip.ParseAddr(a.Address); err == nil {
-				return ip.Unmap(), nil
+				if ip = ip.Unmap(); ip.Is4() {
+					return ip, nil
+				}
+				if !other.IsValid() {
+					other = ip
+				}
 			}
 		}
+	}
+	if other.IsValid() {
+		return other, nil // refused by Prepare, saying why
 	}
 	return netip.Addr{}, fmt.Errorf("kubernetes: node %s has no InternalIP; set kubernetes.broker_address", nodes.Items[0].Name)
 }

@@ -296,3 +296,34 @@ func TestRedteamTerminationMessage(t *testing.T) {
 		t.Errorf("a plain message: %q", got)
 	}
 }
+
+// TestRedteamDualStackNode: a dual-stack node that lists its IPv6
+// InternalIP first gives the broker its IPv4 one (the Pod may open IPv4
+// sockets only); a node with IPv6 alone is refused, saying why.
+func TestRedteamDualStackNode(t *testing.T) {
+	for _, tc := range []struct {
+		addrs []string
+		want  string
+	}{{[]string{"fd00::2", "192.0.2.2"}, "192.0.2.2"}, {[]string{"192.0.2.3"}, "192.0.2.3"}, {[]string{"fd00::2"}, ""}} {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+		for _, a := range tc.addrs {
+			node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a})
+		}
+		cs := fake.NewClientset(node)
+		s := &sandbox{cs: cs}
+		got, err := s.brokerAddress(context.Background(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.want != "" && got.String() != tc.want {
+			t.Errorf("%v: broker address %s, want %s", tc.addrs, got, tc.want)
+		}
+		if tc.want == "" {
+			be := &backend{clients: func(*policy.Kubernetes) (kubernetes.Interface, *rest.Config, error) { return cs, nil, nil }}
+			_, err := be.Prepare(context.Background(), boundary.Spec{RunID: "r", Policy: testPolicy(t, ""), StateDir: t.TempDir()})
+			if err == nil || !strings.Contains(err.Error(), "is not IPv4") {
+				t.Errorf("%v: Prepare: %v, want the IPv6 broker address refused", tc.addrs, err)
+			}
+		}
+	}
+}
