@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"path/filepath"
@@ -9,12 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-
+	"github.com/moat-sandbox/moat/internal/kubeapi"
 	"github.com/moat-sandbox/moat/internal/runinfo"
 )
 
@@ -29,7 +25,7 @@ import (
 // k8sCluster is the suite's own view of the cluster, from the same
 // kubeconfig the policy names.
 type k8sCluster struct {
-	cs kubernetes.Interface
+	cs kubeapi.Interface
 	ns string
 }
 
@@ -38,12 +34,12 @@ func newK8sCluster(k *Kubernetes) (*k8sCluster, error) {
 	if kc == "" {
 		return nil, fmt.Errorf("kubernetes: no kubeconfig (--kubeconfig or $KUBECONFIG)")
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+	cfg, err := kubeapi.Config(kc, false)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: kubeconfig %s: %w", kc, err)
 	}
 	cfg.Timeout = 30 * time.Second
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := kubeapi.New(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -57,21 +53,15 @@ func (c *k8sCluster) hostAddress(ctx context.Context, configured string) (netip.
 	if configured != "" {
 		return netip.ParseAddr(configured)
 	}
-	nodes, err := c.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	ip, err := kubeapi.NodeInternalIP(ctx, c.cs)
+	var nc *kubeapi.NodeCountError
+	if errors.As(err, &nc) {
+		return netip.Addr{}, fmt.Errorf("kubernetes: %w; give --k8s-broker-address", err)
+	}
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("kubernetes: listing nodes: %w", err)
+		return netip.Addr{}, fmt.Errorf("kubernetes: %w", err)
 	}
-	if len(nodes.Items) != 1 {
-		return netip.Addr{}, fmt.Errorf("kubernetes: the cluster has %d nodes; give --k8s-broker-address", len(nodes.Items))
-	}
-	for _, a := range nodes.Items[0].Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			if ip, err := netip.ParseAddr(a.Address); err == nil {
-				return ip.Unmap(), nil
-			}
-		}
-	}
-	return netip.Addr{}, fmt.Errorf("kubernetes: node %s has no InternalIP", nodes.Items[0].Name)
+	return ip, nil
 }
 
 // podName is the name the kubernetes backend gives a run's Pod and
@@ -98,32 +88,13 @@ func podName(runID string) string {
 // podExists reports whether the run's Pod exists and is not being
 // deleted.
 func (c *k8sCluster) podExists(ctx context.Context, runID string) (bool, error) {
-	p, err := c.cs.CoreV1().Pods(c.ns).Get(ctx, podName(runID), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	return p.DeletionTimestamp == nil, nil
+	return kubeapi.PodLive(ctx, c.cs, c.ns, podName(runID))
 }
 
 // objectsLeft lists the Pods and NetworkPolicies of the run still in the
 // namespace.
 func (c *k8sCluster) objectsLeft(ctx context.Context, runID string) ([]string, error) {
-	var left []string
-	name := podName(runID)
-	if _, err := c.cs.CoreV1().Pods(c.ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
-		left = append(left, "pod/"+name)
-	} else if !apierrors.IsNotFound(err) {
-		return nil, err
-	}
-	if _, err := c.cs.NetworkingV1().NetworkPolicies(c.ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
-		left = append(left, "networkpolicy/"+name)
-	} else if !apierrors.IsNotFound(err) {
-		return nil, err
-	}
-	return left, nil
+	return kubeapi.ObjectsLeft(ctx, c.cs, c.ns, podName(runID))
 }
 
 // kubernetesPolicy is the policy's kubernetes section for the harness.

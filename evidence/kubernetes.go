@@ -2,6 +2,7 @@ package evidence
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -9,11 +10,7 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
+	"github.com/moat-sandbox/moat/internal/kubeapi"
 )
 
 // Kubernetes is what the case policies need for --backend kubernetes (the
@@ -68,17 +65,17 @@ func (k *Kubernetes) policy() string {
 
 // kubeView is the controller's client of the cluster.
 type kubeView struct {
-	cs kubernetes.Interface
+	cs kubeapi.Interface
 	ns string
 }
 
 func newKubeView(k *Kubernetes) (*kubeView, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", k.Kubeconfig)
+	cfg, err := kubeapi.Config(k.Kubeconfig, false)
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig %s: %w", k.Kubeconfig, err)
 	}
 	cfg.Timeout = 30 * time.Second
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := kubeapi.New(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -88,21 +85,15 @@ func newKubeView(k *Kubernetes) (*kubeView, error) {
 // hostAddress is the address by which the Pods reach this host: the only
 // node's InternalIP, as the backend chooses its broker address.
 func (v *kubeView) hostAddress(ctx context.Context) (netip.Addr, error) {
-	nodes, err := v.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	ip, err := kubeapi.NodeInternalIP(ctx, v.cs)
+	var nc *kubeapi.NodeCountError
+	if errors.As(err, &nc) {
+		return netip.Addr{}, fmt.Errorf("kubernetes: %w; the suite needs the single node to be this host", err)
+	}
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("kubernetes: listing nodes: %w", err)
+		return netip.Addr{}, fmt.Errorf("kubernetes: %w", err)
 	}
-	if len(nodes.Items) != 1 {
-		return netip.Addr{}, fmt.Errorf("kubernetes: the cluster has %d nodes; the suite needs the single node to be this host", len(nodes.Items))
-	}
-	for _, a := range nodes.Items[0].Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			if ip, err := netip.ParseAddr(a.Address); err == nil {
-				return ip.Unmap(), nil
-			}
-		}
-	}
-	return netip.Addr{}, fmt.Errorf("kubernetes: node %s has no InternalIP", nodes.Items[0].Name)
+	return ip, nil
 }
 
 // podName is the kubernetes backend's name of a run's Pod and
@@ -128,7 +119,7 @@ func podName(runID string) string {
 
 // podUID is the uid of the run's Pod.
 func (v *kubeView) podUID(ctx context.Context, runID string) (string, error) {
-	p, err := v.cs.CoreV1().Pods(v.ns).Get(ctx, podName(runID), metav1.GetOptions{})
+	p, err := v.cs.GetPod(ctx, v.ns, podName(runID))
 	if err != nil {
 		return "", fmt.Errorf("kubernetes: the run's Pod %s/%s: %w", v.ns, podName(runID), err)
 	}
@@ -137,19 +128,7 @@ func (v *kubeView) podUID(ctx context.Context, runID string) (string, error) {
 
 // objectsLeft lists the run's Pod and NetworkPolicy while they exist.
 func (v *kubeView) objectsLeft(ctx context.Context, runID string) ([]string, error) {
-	var left []string
-	name := podName(runID)
-	if _, err := v.cs.CoreV1().Pods(v.ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
-		left = append(left, "pod/"+name)
-	} else if !apierrors.IsNotFound(err) {
-		return nil, err
-	}
-	if _, err := v.cs.NetworkingV1().NetworkPolicies(v.ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
-		left = append(left, "networkpolicy/"+name)
-	} else if !apierrors.IsNotFound(err) {
-		return nil, err
-	}
-	return left, nil
+	return kubeapi.ObjectsLeft(ctx, v.cs, v.ns, podName(runID))
 }
 
 // observePod records the host's view of the run's Pod once it is Ready:

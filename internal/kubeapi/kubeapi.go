@@ -208,7 +208,8 @@ func timeoutOf(opts metav1.ListOptions) time.Duration {
 	return 0
 }
 
-// NodeInternalIP is the InternalIP of the cluster's only node: the
+// NodeInternalIP is the InternalIP of the cluster's only node (its IPv4
+// one when it has one): the
 // address of the host the Pods reach when the node is moat's host. A
 // cluster of any other number of nodes is a *NodeCountError.
 func NodeInternalIP(ctx context.Context, c Interface) (netip.Addr, error) {
@@ -219,12 +220,23 @@ func NodeInternalIP(ctx context.Context, c Interface) (netip.Addr, error) {
 	if len(nodes.Items) != 1 {
 		return netip.Addr{}, &NodeCountError{Nodes: len(nodes.Items)}
 	}
+	// An IPv4 InternalIP first, as the kubernetes backend chooses its
+	// broker's address: a dual-stack node may list its IPv6 one first.
+	var other netip.Addr
 	for _, a := range nodes.Items[0].Status.Addresses {
 		if a.Type == corev1.NodeInternalIP {
 			if ip, err := netip.ParseAddr(a.Address); err == nil {
-				return ip.Unmap(), nil
+				if ip = ip.Unmap(); ip.Is4() {
+					return ip, nil
+				}
+				if !other.IsValid() {
+					other = ip
+				}
 			}
 		}
+	}
+	if other.IsValid() {
+		return other, nil
 	}
 	return netip.Addr{}, fmt.Errorf("node %s has no InternalIP", nodes.Items[0].Name)
 }

@@ -352,6 +352,15 @@ func TestNodeInternalIP(t *testing.T) {
 	if ip, err := NodeInternalIP(ctx, c); err != nil || ip != netip.MustParseAddr("192.0.2.7") {
 		t.Fatalf("NodeInternalIP = %v, %v", ip, err)
 	}
+	a.nodes = []corev1.Node{node("n1", corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "fd00::7"}, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "192.0.2.9"})}
+	if ip, err := NodeInternalIP(ctx, c); err != nil || ip != netip.MustParseAddr("192.0.2.9") {
+		t.Fatalf("dual-stack NodeInternalIP = %v, %v, want the IPv4 one", ip, err)
+	}
+	a.nodes = a.nodes[:1:1]
+	a.nodes[0].Status.Addresses = a.nodes[0].Status.Addresses[:1]
+	if ip, err := NodeInternalIP(ctx, c); err != nil || ip != netip.MustParseAddr("fd00::7") {
+		t.Fatalf("IPv6-only NodeInternalIP = %v, %v", ip, err)
+	}
 	a.nodes = append(a.nodes, node("n2", corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "192.0.2.8"}))
 	var nc *NodeCountError
 	if ip, err := NodeInternalIP(ctx, c); !errors.As(err, &nc) || nc.Nodes != 2 {
