@@ -12,7 +12,6 @@ import (
 
 	"github.com/go-json-experiment/json"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
 
@@ -132,9 +131,8 @@ func (s *sandbox) executor(command []string, stdin, stdout, stderr, tty bool) (r
 	if s.cfg == nil {
 		return nil, errors.New("kubernetes: no client configuration for exec")
 	}
-	req := s.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(s.ns).Name(s.name).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: containerName, Command: command, Stdin: stdin, Stdout: stdout, Stderr: stderr && !tty, TTY: tty}, scheme.ParameterCodec)
-	return remotecommand.NewSPDYExecutor(s.cfg, "POST", req.URL())
+	u := s.cs.ExecURL(s.ns, s.name, &corev1.PodExecOptions{Container: containerName, Command: command, Stdin: stdin, Stdout: stdout, Stderr: stderr && !tty, TTY: tty})
+	return remotecommand.NewSPDYExecutor(s.cfg, "POST", u)
 }
 
 // proc is one exec in the Pod.

@@ -21,12 +21,11 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/internal/kubeapi"
 	"github.com/moat-sandbox/moat/internal/reexec"
 	"github.com/moat-sandbox/moat/policy"
 )
@@ -43,9 +42,9 @@ const (
 func New() boundary.Backend { return &backend{} }
 
 type backend struct {
-	// clients, when set (tests), replaces the clientset built from the
+	// clients, when set (tests), replaces the API client built from the
 	// policy.
-	clients func(*policy.Kubernetes) (kubernetes.Interface, *rest.Config, error)
+	clients func(*policy.Kubernetes) (kubeapi.Interface, *rest.Config, error)
 }
 
 func (*backend) Name() string { return "kubernetes" }
@@ -60,14 +59,10 @@ const attributionUnavailable = "Kubernetes Pod with the broker off the Pod: a br
 // restConfig loads the cluster's client configuration from the policy:
 // in_cluster, else kubeconfig, else $KUBECONFIG or ~/.kube/config.
 func restConfig(k *policy.Kubernetes) (*rest.Config, error) {
+	cfg, err := kubeapi.Config(k.Kubeconfig, k.InCluster)
 	if k.InCluster {
-		return rest.InClusterConfig()
+		return cfg, err
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if k.Kubeconfig != "" {
-		rules.ExplicitPath = k.Kubeconfig
-	}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: no cluster configuration (kubernetes.kubeconfig, in_cluster, $KUBECONFIG or ~/.kube/config): %w", err)
 	}
@@ -79,7 +74,7 @@ func restConfig(k *policy.Kubernetes) (*rest.Config, error) {
 // user's; every error that matters is returned and reported by moat.
 var quietOnce sync.Once
 
-func defaultClients(k *policy.Kubernetes) (kubernetes.Interface, *rest.Config, error) {
+func defaultClients(k *policy.Kubernetes) (kubeapi.Interface, *rest.Config, error) {
 	quietOnce.Do(func() {
 		klog.SetLogger(logr.Discard())
 	})
@@ -88,7 +83,7 @@ func defaultClients(k *policy.Kubernetes) (kubernetes.Interface, *rest.Config, e
 		return nil, nil, err
 	}
 	cfg.Timeout = 30 * time.Second
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := kubeapi.New(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -157,7 +152,7 @@ func (b *backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.San
 		return nil, err
 	}
 	ln.Close() // the file is a dup
-	np, err := cs.NetworkingV1().NetworkPolicies(s.ns).Create(ctx, buildNetworkPolicy(s.ns, name, host, s.port), metav1.CreateOptions{})
+	np, err := cs.CreateNetworkPolicy(ctx, s.ns, buildNetworkPolicy(s.ns, name, host, s.port))
 	if err != nil {
 		s.Terminate()
 		return nil, fmt.Errorf("kubernetes: creating the NetworkPolicy %s/%s: %w", s.ns, name, err)
@@ -169,7 +164,7 @@ func (b *backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.San
 		s.Terminate()
 		return nil, err
 	}
-	made, err := cs.CoreV1().Pods(s.ns).Create(ctx, pod, metav1.CreateOptions{})
+	made, err := cs.CreatePod(ctx, s.ns, pod)
 	if err != nil {
 		s.Terminate()
 		return nil, fmt.Errorf("kubernetes: creating the Pod %s/%s: %w", s.ns, name, err)
@@ -192,7 +187,7 @@ func (s *sandbox) brokerAddress(ctx context.Context, configured string) (netip.A
 	if configured != "" {
 		return netip.ParseAddr(configured) // the policy checked it
 	}
-	nodes, err := s.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	nodes, err := s.cs.ListNodes(ctx, metav1.ListOptions{})
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("kubernetes: listing nodes to find the broker's address: %w (set kubernetes.broker_address)", err)
 	}
@@ -223,7 +218,7 @@ func (s *sandbox) brokerAddress(ctx context.Context, configured string) (netip.A
 
 type sandbox struct {
 	pol  *policy.Policy
-	cs   kubernetes.Interface
+	cs   kubeapi.Interface
 	cfg  *rest.Config
 	ns   string
 	name string
@@ -256,7 +251,7 @@ func (s *sandbox) waitRunning(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
 	for {
-		pod, err := s.cs.CoreV1().Pods(s.ns).Get(ctx, s.name, metav1.GetOptions{})
+		pod, err := s.cs.GetPod(ctx, s.ns, s.name)
 		if err != nil {
 			return fmt.Errorf("kubernetes: Pod %s/%s: %w", s.ns, s.name, err)
 		}
@@ -391,7 +386,7 @@ func (s *sandbox) watch() {
 		}
 		var w watch.Interface
 		if err == nil {
-			w, err = s.cs.CoreV1().Pods(s.ns).Watch(context.Background(), metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", s.name).String(), ResourceVersion: rv})
+			w, err = s.cs.WatchPods(context.Background(), s.ns, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", s.name).String(), ResourceVersion: rv})
 		}
 		if err != nil {
 			select {
@@ -412,7 +407,7 @@ func (s *sandbox) watch() {
 func (s *sandbox) resync() (string, bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pod, err := s.cs.CoreV1().Pods(s.ns).Get(ctx, s.name, metav1.GetOptions{})
+	pod, err := s.cs.GetPod(ctx, s.ns, s.name)
 	switch {
 	case apierrors.IsNotFound(err):
 		s.ended("the Pod was deleted from outside moat")
@@ -492,7 +487,7 @@ func (s *sandbox) checkEnded() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pod, err := s.cs.CoreV1().Pods(s.ns).Get(ctx, s.name, metav1.GetOptions{})
+	pod, err := s.cs.GetPod(ctx, s.ns, s.name)
 	switch {
 	case apierrors.IsNotFound(err):
 		s.ended("the Pod was deleted from outside moat")
@@ -602,7 +597,7 @@ func (s *sandbox) Terminate() error {
 		defer cancel()
 		zero := int64(0)
 		if s.podMade {
-			err := s.cs.CoreV1().Pods(s.ns).Delete(ctx, s.name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+			err := s.cs.DeletePod(ctx, s.ns, s.name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 			if err != nil && !apierrors.IsNotFound(err) {
 				errs = append(errs, fmt.Errorf("deleting Pod %s/%s: %w", s.ns, s.name, err))
 			} else {
@@ -610,7 +605,7 @@ func (s *sandbox) Terminate() error {
 			}
 		}
 		if s.npMade {
-			err := s.cs.NetworkingV1().NetworkPolicies(s.ns).Delete(ctx, s.name, metav1.DeleteOptions{})
+			err := s.cs.DeleteNetworkPolicy(ctx, s.ns, s.name, metav1.DeleteOptions{})
 			if err != nil && !apierrors.IsNotFound(err) {
 				errs = append(errs, fmt.Errorf("deleting NetworkPolicy %s/%s: %w", s.ns, s.name, err))
 			}
@@ -639,7 +634,7 @@ func (s *sandbox) Terminate() error {
 // outlive it).
 func (s *sandbox) waitGone(ctx context.Context) {
 	for {
-		_, err := s.cs.CoreV1().Pods(s.ns).Get(ctx, s.name, metav1.GetOptions{})
+		_, err := s.cs.GetPod(ctx, s.ns, s.name)
 		if apierrors.IsNotFound(err) || ctx.Err() != nil {
 			return
 		}

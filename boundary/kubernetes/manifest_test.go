@@ -13,9 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/rest"
 
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/internal/testenv"
@@ -207,7 +205,7 @@ func TestPrepareFake(t *testing.T) {
 	pol.Kubernetes.BrokerAddress = "127.0.0.1" // loopback, refused by the policy, is what this test can bind
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
 	cs := fake.NewClientset(node)
-	be := &backend{clients: func(*policy.Kubernetes) (kubernetes.Interface, *rest.Config, error) { return cs, nil, nil }}
+	be := &backend{clients: fakeClients(cs)}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// The fake runs nothing: mark the Pod running once it exists, after
@@ -278,7 +276,7 @@ func TestPrepareFake(t *testing.T) {
 // feature, are refused before anything is made.
 func TestPrepareRefusals(t *testing.T) {
 	cs := fake.NewClientset()
-	be := &backend{clients: func(*policy.Kubernetes) (kubernetes.Interface, *rest.Config, error) { return cs, nil, nil }}
+	be := &backend{clients: fakeClients(cs)}
 	pol := testPolicy(t, "")
 	pol.Kubernetes.Image = ""
 	if _, err := be.Prepare(context.Background(), boundary.Spec{RunID: "r", Policy: pol}); err == nil || !strings.Contains(err.Error(), "kubernetes.image") {

@@ -21,13 +21,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/moat-sandbox/moat/boundary"
-	"github.com/moat-sandbox/moat/policy"
 )
 
 func runningPod(ns, name string, uid types.UID, ip string) *corev1.Pod {
@@ -70,7 +67,7 @@ func watchGap(t *testing.T, impostor bool) {
 		watchers <- w
 		return true, w, nil
 	})
-	s := &sandbox{cs: cs, ns: ns, name: name, gone: make(chan struct{}), stopWatch: make(chan struct{})}
+	s := &sandbox{cs: fakeAPI{cs}, ns: ns, name: name, gone: make(chan struct{}), stopWatch: make(chan struct{})}
 	s.uid = "uid-1"
 	s.podIP = netip.MustParseAddr("10.244.0.9")
 	go s.watch()
@@ -152,7 +149,7 @@ func watchGap(t *testing.T, impostor bool) {
 // the fake cluster's missing node).
 func TestRedteamKubeconfigInGrant(t *testing.T) {
 	cs := fake.NewClientset()
-	be := &backend{clients: func(*policy.Kubernetes) (kubernetes.Interface, *rest.Config, error) { return cs, nil, nil }}
+	be := &backend{clients: fakeClients(cs)}
 	outside := t.TempDir()
 	kubeconfig := func(dir, command string) string {
 		p := filepath.Join(dir, "kube.conf")
@@ -243,7 +240,7 @@ func TestRedteamWatchdogRetry(t *testing.T) {
 // host_path_grants too.
 func TestRedteamHostPathOtherNode(t *testing.T) {
 	cs := fake.NewClientset()
-	be := &backend{clients: func(*policy.Kubernetes) (kubernetes.Interface, *rest.Config, error) { return cs, nil, nil }}
+	be := &backend{clients: fakeClients(cs)}
 	pol := testPolicy(t, "")
 	// A kubeconfig of its own: the credential check reads the one in
 	// force, and $HOME's may be unreadable (the uid 65534 pass).
@@ -310,7 +307,7 @@ func TestRedteamDualStackNode(t *testing.T) {
 			node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a})
 		}
 		cs := fake.NewClientset(node)
-		s := &sandbox{cs: cs}
+		s := &sandbox{cs: fakeAPI{cs}}
 		got, err := s.brokerAddress(context.Background(), "")
 		if err != nil {
 			t.Fatal(err)
@@ -319,7 +316,7 @@ func TestRedteamDualStackNode(t *testing.T) {
 			t.Errorf("%v: broker address %s, want %s", tc.addrs, got, tc.want)
 		}
 		if tc.want == "" {
-			be := &backend{clients: func(*policy.Kubernetes) (kubernetes.Interface, *rest.Config, error) { return cs, nil, nil }}
+			be := &backend{clients: fakeClients(cs)}
 			_, err := be.Prepare(context.Background(), boundary.Spec{RunID: "r", Policy: testPolicy(t, ""), StateDir: t.TempDir()})
 			if err == nil || !strings.Contains(err.Error(), "is not IPv4") {
 				t.Errorf("%v: Prepare: %v, want the IPv6 broker address refused", tc.addrs, err)

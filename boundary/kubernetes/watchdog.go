@@ -173,14 +173,14 @@ func WatchdogMain(args []string) int {
 	// Each delete is tried again until it succeeds: one failure (the API
 	// server restarting) must not leave the Pod running for good.
 	if err := retry(ctx, func() error {
-		return cs.CoreV1().Pods(s.ns).Delete(ctx, s.name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		return cs.DeletePod(ctx, s.ns, s.name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 	}); err != nil {
 		fmt.Fprintf(os.Stderr, "moat: kubernetes watchdog: deleting Pod %s/%s: %v\n", s.ns, s.name, err)
 		code = 1
 	}
 	s.waitGone(ctx)
 	if err := retry(ctx, func() error {
-		return cs.NetworkingV1().NetworkPolicies(s.ns).Delete(ctx, s.name, metav1.DeleteOptions{})
+		return cs.DeleteNetworkPolicy(ctx, s.ns, s.name, metav1.DeleteOptions{})
 	}); err != nil {
 		fmt.Fprintf(os.Stderr, "moat: kubernetes watchdog: deleting NetworkPolicy %s/%s: %v\n", s.ns, s.name, err)
 		code = 1

@@ -49,6 +49,10 @@ type Interface interface {
 	DeleteNetworkPolicy(ctx context.Context, ns, name string, opts metav1.DeleteOptions) error
 
 	ListNodes(ctx context.Context, opts metav1.ListOptions) (*corev1.NodeList, error)
+
+	// ExecURL is the URL of an exec into the Pod (pods/exec, POSTed by
+	// a remotecommand executor) with opts as its query.
+	ExecURL(ns, pod string, opts *corev1.PodExecOptions) *url.URL
 }
 
 // codecs is the scheme of the types this package speaks and its
@@ -194,8 +198,6 @@ func (c *Client) ListNodes(ctx context.Context, opts metav1.ListOptions) (*corev
 	return out, err
 }
 
-// ExecURL is the URL of an exec into the Pod's container (pods/exec, to
-// be POSTed by a remotecommand executor), with opts as its query.
 func (c *Client) ExecURL(ns, pod string, opts *corev1.PodExecOptions) *url.URL {
 	return c.core.Post().Namespace(ns).Resource("pods").Name(pod).SubResource("exec").
 		VersionedParams(opts, c.params).URL()
