@@ -333,7 +333,13 @@ func TestKubernetesPodDeleted(t *testing.T) {
 	if !strings.Contains(g.Error, "deleted from outside moat") {
 		t.Errorf("get: error %q", g.Error)
 	}
-	if v := e.moat("audit", "verify", s.Journal, "--pubkey", s.PublicKey); v.code != 0 || !strings.Contains(v.stdout, "sandbox_lost") {
+	// The supervisor writes the Error state, then closes the journal.
+	var v result
+	waitFor(t, "the sandbox's journal to end", time.Minute, func() bool {
+		v = e.moat("audit", "verify", s.Journal, "--pubkey", s.PublicKey)
+		return v.code != 2
+	})
+	if v.code != 0 || !strings.Contains(v.stdout, "sandbox_lost") {
 		t.Errorf("sandbox journal: %s", v)
 	}
 	e.moat("sandbox", "delete", "gone")
