@@ -57,6 +57,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/internal/k8stest"
+	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
 // hostLinkLocals are this host's IPv6 link-local addresses (the node's:
@@ -341,4 +342,72 @@ func TestKubernetesRedteamOtherSandbox(t *testing.T) {
 	if fromOthers != 1 { // A's own request only
 		t.Errorf("A's journal holds %d inference records, want 1 (its own)", fromOthers)
 	}
+}
+
+// TestRootKubernetesRedteamHostPathOtherSandbox (attack: another sandbox
+// swaps a hostPath grant under the kubelet): sandbox X (uid 1000) has the
+// read_write hostPath grant BASE/x; sandbox Y (uid 2000) has BASE/x/y.
+// moat checked only that Y's own uid cannot replace a component, so Y was
+// accepted, and X's workload, toggling x/y between the directory and a
+// symlink to a directory of its own, had the kubelet mount X's directory
+// as Y's grant whenever the swap fell between moat's check and the mount
+// (seen: 6 of 10 runs of Y wrote their file into X's directory). Now a
+// component in a directory that a uid other than root and moat's own can
+// write is refused, whatever the sandbox's uid; the control in the same
+// setup: Y's same grant under a directory only root writes runs and
+// writes its file on the host.
+func TestRootKubernetesRedteamHostPathOtherSandbox(t *testing.T) {
+	testenv.NeedRoot(t)
+	c := k8stest.Need(t)
+	e := newEnv(t)
+	ns := c.Namespace(t, "moat-k8s-rthp")
+	base, err := os.MkdirTemp("/var/tmp", "moat-rt-hp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	os.Chmod(base, 0o755)
+	mk := func(p string, uid int) string {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(p, 0o755)
+		if err := os.Chown(p, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	mk(filepath.Join(base, "x"), 1000) // sandbox X's grant
+	swappable := mk(filepath.Join(base, "x", "y"), 2000)
+	mk(filepath.Join(base, "z"), 0)
+	safe := mk(filepath.Join(base, "z", "y"), 2000)
+	policyFor := func(grant string) string {
+		p := filepath.Join(e.dir, "hp-"+filepath.Base(filepath.Dir(grant))+".yaml")
+		y := fmt.Sprintf(`version: 1
+backend: kubernetes
+filesystem: {read_only: [], read_write: [%s]}
+process: {uid: 2000, gid: 2000, env: {PATH: /bin:/usr/local/bin, HOME: /tmp}}
+audit: {dir: %s}
+kubernetes: {kubeconfig: %s, namespace: %s, image: %s, runtime_class_name: %s, host_path_grants: true}
+`, grant, e.auditDir, c.Kubeconfig, ns, c.Image, c.RuntimeClass)
+		if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	r := e.moat("run", "--policy", policyFor(swappable), "--", "/bin/sh", "-c", "echo mine > "+swappable+"/f")
+	if r.code != 125 || !strings.Contains(r.stderr, "uid 1000 can write (another sandbox") {
+		t.Errorf("a grant in another sandbox's directory: %s", r)
+	}
+	if _, err := os.Stat(filepath.Join(swappable, "f")); err == nil {
+		t.Error("the refused run wrote its file")
+	}
+	r = e.moat("run", "--policy", policyFor(safe), "--", "/bin/sh", "-c", "echo mine > "+safe+"/f")
+	if r.code != 0 {
+		t.Fatalf("control, the grant under a directory only root writes: %s", r)
+	}
+	if b, err := os.ReadFile(filepath.Join(safe, "f")); err != nil || string(b) != "mine\n" {
+		t.Errorf("control: the workload's file on the host: %q %v", b, err)
+	}
+	noneLeft(t, c, ns)
 }

@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -185,6 +186,15 @@ func checkHostPath(g string, uid, gid int64) (corev1.HostPathType, error) {
 		if writableBy(dst, uid, gid) && (dst.Mode&syscall.S_ISVTX == 0 || int64(st.Uid) == uid) {
 			return "", fmt.Errorf("host_path_grants: grant %s is refused: %s, a component the kubelet follows, sits in %s, which the workload's uid %d can write, so it could be replaced (by a symlink) before the kubelet mounts it; grant a path whose directories are not the workload's, or leave host_path_grants off (emptyDir)", g, next, dir, uid)
 		}
+		// Nor by anyone else but root and the uid running moat: another
+		// uid may be another sandbox's workload (its own hostPath grant
+		// holding this one) or another user, who can swap the component
+		// for a symlink after this check and before the kubelet mounts
+		// it (seen: a sandbox toggling its directory's entry wrote the
+		// other sandbox's grant into its own).
+		if o := othersCanReplace(dst, st); o != "" {
+			return "", fmt.Errorf("host_path_grants: grant %s is refused: %s, a component the kubelet follows, sits in %s, which %s can write (another sandbox's workload or another user), so it could be replaced (by a symlink) between this check and the kubelet's mount; grant a path whose directories only root or the user running moat can write, or leave host_path_grants off (emptyDir)", g, next, dir, o)
+		}
 		mode := st.Mode & syscall.S_IFMT
 		switch {
 		case mode == syscall.S_IFLNK:
@@ -204,6 +214,27 @@ func checkHostPath(g string, uid, gid int64) (corev1.HostPathType, error) {
 		}
 	}
 	return "", fmt.Errorf("host_path_grants: / itself cannot be granted")
+}
+
+// othersCanReplace names who, besides root and the uid and gid running
+// moat, can replace the entry est in the directory dst, or "": anyone who
+// can write dst, unless dst is sticky and both dst and the entry belong
+// to root or to moat's uid (then only they can rename or remove it).
+func othersCanReplace(dst, est syscall.Stat_t) string {
+	op, opg := uint32(os.Geteuid()), uint32(os.Getegid())
+	trusted := func(u uint32) bool { return u == 0 || u == op }
+	if dst.Mode&syscall.S_ISVTX != 0 && trusted(dst.Uid) && trusted(est.Uid) {
+		return ""
+	}
+	switch {
+	case dst.Mode&0o002 != 0:
+		return "every user"
+	case dst.Mode&0o200 != 0 && !trusted(dst.Uid):
+		return fmt.Sprintf("uid %d", dst.Uid)
+	case dst.Mode&0o020 != 0 && dst.Gid != 0 && dst.Gid != opg:
+		return fmt.Sprintf("group %d", dst.Gid)
+	}
+	return ""
 }
 
 // writableBy reports whether a directory with st is writable by uid/gid
