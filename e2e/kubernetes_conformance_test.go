@@ -120,8 +120,10 @@ func TestKubernetesEvidence(t *testing.T) {
 			}
 		case cr.Outcome != evidence.OutcomePass:
 			t.Errorf("%s: %s: %v", cr.Name, cr.Outcome, cr.Reasons)
-			if b, err := os.ReadFile(filepath.Join(out, evidence.CasesDir, cr.Name, "moat.err")); err == nil {
-				t.Logf("%s: moat's stderr:\n%s", cr.Name, b)
+			for _, f := range []string{"moat.err", "later-runs.out"} {
+				if b, err := os.ReadFile(filepath.Join(out, evidence.CasesDir, cr.Name, f)); err == nil {
+					t.Logf("%s: %s:\n%s", cr.Name, f, b)
+				}
 			}
 		}
 	}
