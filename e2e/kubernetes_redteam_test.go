@@ -7,9 +7,13 @@ package e2e
 // binary inside MOAT_K8S_IMAGE.
 //
 // Attacks that did NOT work (why the code holds):
-//   - ICMP echo from a Pod under the sandbox's NetworkPolicy to the node:
+//   - ICMP echo from a Pod under a deny-all NetworkPolicy to the node:
 //     kube-router's egress rules drop it (no reply), while an unconfined
 //     Pod gets its reply.
+//   - UDP to another Pod's IP, to the bridge's broadcast 10.244.0.255, to
+//     255.255.255.255 and to 224.0.0.1 from a gVisor Pod under a deny-all
+//     NetworkPolicy: a receiver Pod got none (an unconfined Pod's
+//     unicast and broadcast arrived).
 //   - The workload replacing /usr/local/bin/moat before the measurement:
 //     nothing of the workload runs before Ready (Prepare runs only moat's
 //     pause; the measurement is the first exec), and the root file system
