@@ -35,6 +35,13 @@ package e2e
 //     false 0.
 //   - The broker admitting an old Pod IP while the Pod is torn down: the
 //     session closes the broker before Terminate deletes the Pod.
+//   - The workload changing the exit code of the operator's moat sandbox
+//     exec: ptrace and process_vm_writev are refused by moat's filter and
+//     /proc/PID/mem of a sibling cannot be opened under gVisor (EACCES);
+//     killing it gives 128+signal, never 0. (It CAN write into that
+//     exec's stdout, and read its stdin, through /proc/PID/fd/N, as on
+//     every backend: processes of one sandbox share one trust domain, so
+//     an exec's output is the sandbox's word, not a verdict.)
 //   - Policy fields injecting into the manifest: the Pod and the
 //     NetworkPolicy are built as typed objects (no text templating); names
 //     come from the run id mapped to [a-z0-9-].
