@@ -14,6 +14,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -418,6 +419,12 @@ pd tampered req-bad.txt
 pd uvlock req-uv.txt
 pd uvnewer req-uvnewer.txt
 pip download --no-cache-dir --no-deps --disable-pip-version-check --retries 0 -d /tmp/dl-squat dem0-pkg >/tmp/squat.log 2>&1 && echo "squat downloaded" || echo "squat refused"
+# A publish: twine uploads a wheel to the legacy upload endpoint next to
+# the index moat set (upload.pypi.org/legacy/ on the public index).
+PYTHON_KEYRING_BACKEND=keyring.backends.null.Keyring twine upload --non-interactive --disable-progress-bar \
+  --repository-url "${PIP_INDEX_URL%simple/}legacy/" -u __token__ -p e2e-token "$WS/dist/pub_pkg-1.0-py3-none-any.whl" >/tmp/upload.log 2>&1 \
+  && echo "upload accepted" || echo "upload refused"
+sed 's/^/twine: /' /tmp/upload.log >&2
 `
 
 // namedWheel is a pure-Python wheel of dist (a module of the same name)
@@ -453,10 +460,14 @@ func namedWheel(t *testing.T, dist, version string) []byte {
 // /pkg/pypi from a local TLS index; a tampered wheel and an unpinned
 // name are refused in the same run. A uv.lock is a lockfile of the same
 // grant: the wheel it pins is served, a newer version of that package
-// (on the index, not in the lock) is not.
+// (on the index, not in the lock) is not. A twine upload to the legacy
+// endpoint next to the index is refused by the broker (journaled,
+// method_not_allowed) and never reaches the index.
 func TestPackagesPyPI(t *testing.T) {
 	_, err := exec.LookPath("pip")
 	testenv.Need(t, err == nil, "pip is not installed")
+	_, err = exec.LookPath("twine")
+	testenv.Need(t, err == nil, "twine is not installed (CI installs Debian's twine)")
 	bin := hooksBin(t)
 	e := newEnv(t)
 	caPEM, srvCert := egressTestCerts(t)
@@ -495,6 +506,10 @@ func TestPackagesPyPI(t *testing.T) {
 	go srv.ServeTLS(ln, "", "")
 	defer srv.Close()
 	ws := e.workspace
+	if err := os.MkdirAll(filepath.Join(ws, "dist"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(ws, "dist", "pub_pkg-1.0-py3-none-any.whl"), string(namedWheel(t, "pub_pkg", "1.0")))
 	goodReq, badReq := filepath.Join(ws, "req-good.txt"), filepath.Join(ws, "req-bad.txt")
 	writeFile(t, goodReq, "demo-pkg==1.0 --hash=sha256:"+good+"\n")
 	writeFile(t, badReq, "other-pkg==1.0 --hash=sha256:"+bad+"\n")
@@ -548,14 +563,20 @@ wheels = [
 	cmd.Run()
 	r := result{so.String(), se.String(), cmd.ProcessState.ExitCode()}
 	for _, want := range []string{"pinned downloaded demo_pkg-1.0-py3-none-any.whl\n", "tampered refused\n", "squat refused\n",
-		"uvlock downloaded uv_pkg-2.0-py3-none-any.whl\n", "uvnewer refused\n"} {
+		"uvlock downloaded uv_pkg-2.0-py3-none-any.whl\n", "uvnewer refused\n", "upload refused\n"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("missing %q in the workload's output", want)
 		}
 	}
+	// twine failed on the broker's answer, not before sending (a missing
+	// module, an unreadable wheel): it reports the 405 it was given.
+	if !strings.Contains(r.stderr, "HTTPError: 405 Method Not Allowed") {
+		t.Errorf("twine's output does not report the broker's 405")
+	}
 	mu.Lock()
 	for _, s := range seen {
-		if !strings.HasSuffix(s, "pre-effect=true") || strings.Contains(s, "dem0") || strings.Contains(s, "uv_pkg-2.1") {
+		if !strings.HasPrefix(s, "GET ") || !strings.HasSuffix(s, "pre-effect=true") || strings.Contains(s, "dem0") || strings.Contains(s, "uv_pkg-2.1") ||
+			strings.Contains(s, "legacy") || strings.Contains(s, "pub_pkg") {
 			t.Errorf("the index saw %q", s)
 		}
 	}
@@ -563,6 +584,47 @@ wheels = [
 		t.Errorf("the index saw %v, want the pinned wheel", seen)
 	}
 	mu.Unlock()
+	// The upload's refusal is journaled with its reason and why; the
+	// pinned wheel of the same run was served.
+	dir := onlyRunDir(t, e.auditDir)
+	if v := e.moat("audit", "verify", dir); v.code != 0 {
+		t.Errorf("audit verify: %s", v)
+	}
+	uploads := 0
+	pinned := map[any]bool{} // request_id of the pinned wheel's fetch -> completed
+	for _, p := range journalPayloads(t, filepath.Join(dir, "journal.jsonl")) {
+		switch p["type"] {
+		case "package.refused":
+			if p["method"] != "POST" {
+				continue
+			}
+			detail, _ := p["detail"].(string)
+			if p["kind"] == "pypi" && p["reason"] == "method_not_allowed" && strings.Contains(detail, `method "POST" is refused`) &&
+				strings.Contains(detail, "only installs what the lockfiles pin") && strings.Contains(detail, "no publish") {
+				uploads++
+			} else {
+				t.Errorf("package.refused for the POST: %v", p)
+			}
+		case "package.requested":
+			if path, _ := p["path"].(string); strings.Contains(path, "pub_pkg") || strings.Contains(path, "legacy") {
+				t.Errorf("package.requested for the upload: %v", p)
+			}
+			if path, _ := p["path"].(string); p["name"] == "demo-pkg" && p["artifact"] == "file" && p["expected"] == "sha256:"+good &&
+				strings.HasSuffix(path, "/files/demo_pkg-1.0-py3-none-any.whl") {
+				pinned[p["request_id"]] = false
+			}
+		case "package.completed":
+			if _, ok := pinned[p["request_id"]]; ok && p["body_sha256"] == good {
+				pinned[p["request_id"]] = true
+			}
+		}
+	}
+	if uploads == 0 {
+		t.Errorf("no package.refused POST method_not_allowed naming why, for the twine upload")
+	}
+	if !slices.Contains(slices.Collect(maps.Values(pinned)), true) {
+		t.Errorf("no package.requested/package.completed of the pinned wheel in the run that refused the upload (%v)", pinned)
+	}
 	if t.Failed() || testing.Verbose() {
 		t.Logf("%s\nindex saw %v", r, seen)
 	}
