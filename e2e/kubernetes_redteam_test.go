@@ -422,3 +422,67 @@ kubernetes: {kubeconfig: %s, namespace: %s, image: %s, runtime_class_name: %s, h
 	}
 	noneLeft(t, c, ns)
 }
+
+// TestKubernetesRedteamNamespacePolicy (attack: a namespace policy widens
+// the Pod's egress where the measurement does not look): NetworkPolicies
+// add up, and with a namespace's "allow egress to 0.0.0.0/0 except the
+// node" the sandbox reached Ready (the measurement can probe the broker's
+// host only) and its workload connected to a Pod of another namespace.
+// Now such a policy refuses the run before the workload starts; the
+// control in the same namespace: with a default deny instead (selects the
+// Pod, allows nothing) the run reaches Ready, its broker request is
+// answered, and the other Pod is out of reach.
+func TestKubernetesRedteamNamespacePolicy(t *testing.T) {
+	c := k8stest.Need(t)
+	if c.BusyboxImage == "" {
+		t.Fatal("MOAT_K8S_BUSYBOX_IMAGE unset: no image for the listener Pod")
+	}
+	e := newEnv(t)
+	ns, lns := c.Namespace(t, "moat-k8s-rtnp"), c.Namespace(t, "moat-k8s-rtnl")
+	c.MustRun(t, []byte(fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: lis, namespace: %s}
+spec:
+  restartPolicy: Never
+  automountServiceAccountToken: false
+  containers:
+  - name: c
+    image: %s
+    imagePullPolicy: Never
+    command: [sh, -c, 'while true; do echo hi-from-listener | nc -l -p 8080; done']
+`, lns, c.BusyboxImage)), "apply", "-f", "-")
+	c.MustRun(t, nil, "-n", lns, "wait", "--for=condition=Ready", "pod/lis", "--timeout=120s")
+	lip := strings.TrimSpace(c.MustRun(t, nil, "-n", lns, "get", "pod", "lis", "-o", "jsonpath={.status.podIP}"))
+	nodeIP := strings.TrimSpace(c.MustRun(t, nil, "get", "nodes", "-o", `jsonpath={.items[0].status.addresses[?(@.type=="InternalIP")].address}`))
+	c.MustRun(t, []byte(fmt.Sprintf(`apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: allow-egress-but-node, namespace: %s}
+spec:
+  podSelector: {}
+  policyTypes: [Egress]
+  egress:
+  - to: [{ipBlock: {cidr: 0.0.0.0/0, except: [%s/32]}}]
+`, ns, nodeIP)), "apply", "-f", "-")
+	pol := e.k8sPolicy(c, ns)
+	work := `nc -w 3 ` + lip + ` 8080 </dev/null; echo ---; wget -O /dev/null "$MOAT_BROKER_URL/v1/messages" 2>&1 | head -3`
+	r := e.moat("run", "--policy", pol, "--", "/bin/sh", "-c", work)
+	if r.code != 125 || !strings.Contains(r.stderr, "allow-egress-but-node") || strings.Contains(r.stdout, "hi-from-listener") {
+		t.Errorf("a namespace policy allowing egress: %s", r)
+	}
+	c.MustRun(t, nil, "-n", ns, "delete", "networkpolicy", "allow-egress-but-node")
+	c.MustRun(t, []byte(fmt.Sprintf(`apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: default-deny, namespace: %s}
+spec:
+  podSelector: {}
+  policyTypes: [Ingress, Egress]
+`, ns)), "apply", "-f", "-")
+	r = e.moat("run", "--policy", pol, "--", "/bin/sh", "-c", work)
+	if r.code != 0 || !strings.Contains(r.stdout, "HTTP/1.1 4") {
+		t.Fatalf("control with a default deny: %s", r)
+	}
+	if strings.Contains(r.stdout, "hi-from-listener") {
+		t.Errorf("control: the workload reached the other Pod: %s", r.stdout)
+	}
+	noneLeft(t, c, ns)
+}

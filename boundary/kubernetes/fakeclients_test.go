@@ -60,6 +60,10 @@ func (f fakeAPI) DeleteNetworkPolicy(ctx context.Context, ns, name string, opts 
 	return f.cs.NetworkingV1().NetworkPolicies(ns).Delete(ctx, name, opts)
 }
 
+func (f fakeAPI) ListNetworkPolicies(ctx context.Context, ns string, opts metav1.ListOptions) (*networkingv1.NetworkPolicyList, error) {
+	return f.cs.NetworkingV1().NetworkPolicies(ns).List(ctx, opts)
+}
+
 func (f fakeAPI) ListNodes(ctx context.Context, opts metav1.ListOptions) (*corev1.NodeList, error) {
 	return f.cs.CoreV1().Nodes().List(ctx, opts)
 }

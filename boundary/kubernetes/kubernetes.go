@@ -174,6 +174,11 @@ func (b *backend) Prepare(ctx context.Context, spec boundary.Spec) (boundary.San
 		s.Terminate()
 		return nil, err
 	}
+	// After the Pod runs, so that a policy made while it started is seen.
+	if err := s.checkOtherPolicies(ctx); err != nil {
+		s.Terminate()
+		return nil, err
+	}
 	go s.watch()
 	if s.cfg != nil {
 		s.waitConfined(ctx)

@@ -17,8 +17,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
@@ -321,6 +323,39 @@ func TestRedteamDualStackNode(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), "is not IPv4") {
 				t.Errorf("%v: Prepare: %v, want the IPv6 broker address refused", tc.addrs, err)
 			}
+		}
+	}
+}
+
+// TestRedteamOtherPolicies (attack: a namespace policy widens the Pod's
+// egress where the measurement does not look): NetworkPolicies add up,
+// and a namespace's "allow egress to 0.0.0.0/0 except the node" gave the
+// sandbox's Pod every destination but the broker's host, the only one
+// the measurement can probe: Ready, and the workload reached another Pod
+// (seen on the test cluster). checkOtherPolicies refuses a policy that
+// selects the Pod and allows traffic; the controls in the same
+// namespace: a default deny (selects it, allows nothing), a policy for
+// other Pods, and moat's own are accepted.
+func TestRedteamOtherPolicies(t *testing.T) {
+	const ns, name = "agents", "moat-run1"
+	np := func(n string, sel map[string]string, egress bool) *networkingv1.NetworkPolicy {
+		p := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: ns},
+			Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: sel}, PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}}}
+		if egress {
+			p.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: []string{"192.0.2.2/32"}}}}}}
+		}
+		return p
+	}
+	own := buildNetworkPolicy(ns, name, netip.MustParseAddr("192.0.2.2"), 4000)
+	accepted := []runtime.Object{own, np("default-deny", nil, false), np("web", map[string]string{"app": "web"}, true)}
+	s := &sandbox{cs: fakeAPI{fake.NewClientset(accepted...)}, ns: ns, name: name}
+	if err := s.checkOtherPolicies(context.Background()); err != nil {
+		t.Errorf("moat's own, a default deny and another app's policy: %v", err)
+	}
+	for _, bad := range []*networkingv1.NetworkPolicy{np("allow-egress-but-node", nil, true), np("by-label", map[string]string{RunLabel: name}, true)} {
+		s := &sandbox{cs: fakeAPI{fake.NewClientset(append(accepted, bad)...)}, ns: ns, name: name}
+		if err := s.checkOtherPolicies(context.Background()); err == nil || !strings.Contains(err.Error(), bad.Name) {
+			t.Errorf("%s: %v, want it refused by name", bad.Name, err)
 		}
 	}
 }

@@ -47,6 +47,8 @@ type Interface interface {
 	CreateNetworkPolicy(ctx context.Context, ns string, np *networkingv1.NetworkPolicy) (*networkingv1.NetworkPolicy, error)
 	GetNetworkPolicy(ctx context.Context, ns, name string) (*networkingv1.NetworkPolicy, error)
 	DeleteNetworkPolicy(ctx context.Context, ns, name string, opts metav1.DeleteOptions) error
+	// ListNetworkPolicies lists the namespace's NetworkPolicies.
+	ListNetworkPolicies(ctx context.Context, ns string, opts metav1.ListOptions) (*networkingv1.NetworkPolicyList, error)
 
 	ListNodes(ctx context.Context, opts metav1.ListOptions) (*corev1.NodeList, error)
 
@@ -189,6 +191,13 @@ func (c *Client) GetNetworkPolicy(ctx context.Context, ns, name string) (*networ
 
 func (c *Client) DeleteNetworkPolicy(ctx context.Context, ns, name string, opts metav1.DeleteOptions) error {
 	return c.networking.Delete().Namespace(ns).Resource("networkpolicies").Name(name).Body(&opts).Do(ctx).Error()
+}
+
+func (c *Client) ListNetworkPolicies(ctx context.Context, ns string, opts metav1.ListOptions) (*networkingv1.NetworkPolicyList, error) {
+	out := &networkingv1.NetworkPolicyList{}
+	err := c.networking.Get().Namespace(ns).Resource("networkpolicies").
+		VersionedParams(&opts, c.params).Timeout(timeoutOf(opts)).Do(ctx).Into(out)
+	return out, err
 }
 
 func (c *Client) ListNodes(ctx context.Context, opts metav1.ListOptions) (*corev1.NodeList, error) {
