@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/moat-sandbox/moat/internal/fsutil"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -139,6 +140,17 @@ func grantVolumes(pol *policy.Policy, uid, gid int64) ([]corev1.Volume, []corev1
 		name := fmt.Sprintf("grant-%d", len(vols))
 		vols = append(vols, corev1.Volume{Name: name, VolumeSource: src})
 		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: path, ReadOnly: ro})
+	}
+	// No read_write grant may cover moat's binary in the image: the Pod's
+	// main process, the stage in front of every process and the
+	// measurement that decides Ready run it. Such a grant serves another
+	// file at that path: nothing (an emptyDir: the Pod cannot start) or,
+	// with host_path_grants, the host directory's, which the workload of
+	// one run could replace for the measurement of the next.
+	for _, g := range pol.Filesystem.ReadWrite {
+		if fsutil.Within(MoatInImage, g) {
+			return nil, nil, fmt.Errorf("the read_write grant %s covers %s, moat's binary in the image, which runs the measurement that decides Ready and the stage in front of every process; grant another path", g, MoatInImage)
+		}
 	}
 	if !pol.Kubernetes.HostPathGrants {
 		for _, g := range pol.Filesystem.ReadWrite {

@@ -359,3 +359,34 @@ func TestRedteamOtherPolicies(t *testing.T) {
 		}
 	}
 }
+
+// TestRedteamGrantOverMoat (attack: the measurement's binary from a
+// grant): the image's moat runs the Pod's main process, the stage and the
+// measurement that decides Ready. A grant covering it served another
+// file there: with host_path_grants a read_write grant of its directory
+// let one run's workload write the moat that measures the next run. Now
+// buildPod refuses a read_write grant covering moat's binary, with or
+// without host_path_grants; the controls: read_only grants of /usr (the
+// image's own files, or with host_path_grants the host's root-owned
+// ones) and a read_write grant beside moat's directory are accepted.
+func TestRedteamGrantOverMoat(t *testing.T) {
+	for _, tc := range []struct {
+		ro, rw   []string
+		hostPath bool
+		refused  bool
+	}{
+		{rw: []string{"/usr/local/bin"}, refused: true},
+		{rw: []string{"/usr/local"}, hostPath: true, refused: true},
+		{ro: []string{"/usr"}, hostPath: true, refused: false},
+		{ro: []string{"/usr"}, refused: false},
+		{rw: []string{"/usr/local/lib"}, refused: false},
+	} {
+		pol := testPolicy(t, "")
+		pol.Filesystem.ReadOnly, pol.Filesystem.ReadWrite, pol.Kubernetes.HostPathGrants = tc.ro, tc.rw, tc.hostPath
+		_, err := buildPod(pol, podSpec{Name: "moat-x", UID: 1000, GID: 1000})
+		got := err != nil && strings.Contains(err.Error(), "moat's binary in the image")
+		if got != tc.refused {
+			t.Errorf("ro %v rw %v host_path_grants %v: refused %v, want %v (%v)", tc.ro, tc.rw, tc.hostPath, got, tc.refused, err)
+		}
+	}
+}
