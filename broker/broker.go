@@ -135,6 +135,12 @@ type Config struct {
 	// RunID and Sandbox (empty for moat run) name the run in the
 	// principal of a request held for approval (approval.go).
 	RunID, Sandbox string
+	// WorkloadKey is the API key the workload holds (WorkloadEnvAt) and
+	// must send: "" is Placeholder, for a listener only the sandbox can
+	// reach. A per-sandbox key (NewWorkloadKey), for a listener others
+	// can reach, is required on every request of every road, before any
+	// effect (checkWorkloadKey). It is never journaled.
+	WorkloadKey string
 }
 
 // Broker is the inference broker of one run.
@@ -192,6 +198,9 @@ func New(cfg Config) (*Broker, error) {
 	if cfg.Policy.Inference.MaxRefusals < 0 || cfg.Policy.Audit.MaxBytes < policy.MinAuditMaxBytes {
 		return nil, fmt.Errorf("moat: broker: policy not validated: inference.max_refusals %d, audit.max_bytes %d (want >= 0 and >= %d)",
 			cfg.Policy.Inference.MaxRefusals, cfg.Policy.Audit.MaxBytes, int64(policy.MinAuditMaxBytes))
+	}
+	if err := checkWorkloadKeyConfig(cfg.WorkloadKey); err != nil {
+		return nil, err
 	}
 	b := &Broker{cfg: cfg, routes: map[string]*route{}, maxReq: int64(cfg.Policy.Inference.MaxRequests),
 		log: cfg.Log, conns: map[net.Conn]*connState{}, idleTimeout: IdleTimeout, readTimeout: RequestReadTimeout,
@@ -627,6 +636,9 @@ func (b *Broker) logDecision(x *exchange, level slog.Level, decision string, rea
 // handle serves one framed request and reports whether the connection
 // may be kept.
 func (b *Broker) handle(x *exchange, req *request) bool {
+	if fe := checkWorkloadKey(b.workloadKey(), req); fe != nil {
+		return b.refuse(x, fe)
+	}
 	if b.cfg.Tools != nil && strings.HasPrefix(req.path, ToolsPathPrefix) {
 		return b.serveTools(x, req)
 	}
@@ -651,7 +663,7 @@ func (b *Broker) handle(x *exchange, req *request) bool {
 	if len(rt.providers) == 0 {
 		return b.refuse(x, refuse(ReasonAPINotConfigured, 404, "the policy configures no provider for the %s API (endpoint %s)", rt.api, rt.endpoint))
 	}
-	fwd, fe := checkHeaders(rt.api, req)
+	fwd, fe := checkHeaders(rt.api, b.workloadKey(), req)
 	if fe != nil {
 		return b.refuse(x, fe)
 	}

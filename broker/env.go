@@ -26,16 +26,21 @@ const BrokerURLEnv = "MOAT_BROKER_URL"
 // therefore ends in /v1. The keys are placeholders (Placeholder): the real
 // credentials never enter the sandbox.
 func WorkloadEnv(port int, pol *policy.Policy) []string {
-	return WorkloadEnvAt("", port, pol)
+	return WorkloadEnvAt("", port, "", pol)
 }
 
 // WorkloadEnvAt is WorkloadEnv for a broker that the workload reaches at
-// host:port ("" is 127.0.0.1): a backend whose broker listens outside the
+// host:port ("" is 127.0.0.1) and that requires key ("" is Placeholder,
+// Config.WorkloadKey): a backend whose broker listens outside the
 // sandbox's network (boundary.ListenerInfo.Host, the Kubernetes backend's
-// host address) points the same variables there.
-func WorkloadEnvAt(host string, port int, pol *policy.Policy) []string {
+// host address) points the same variables there, and the SDK keys are the
+// sandbox's own key (NewWorkloadKey), which the broker requires.
+func WorkloadEnvAt(host string, port int, key string, pol *policy.Policy) []string {
 	if host == "" {
 		host = "127.0.0.1"
+	}
+	if key == "" {
+		key = Placeholder
 	}
 	base := "http://" + net.JoinHostPort(host, strconv.Itoa(port))
 	var anthropic, openai bool
@@ -47,10 +52,10 @@ func WorkloadEnvAt(host string, port int, pol *policy.Policy) []string {
 	}
 	var env []string
 	if anthropic {
-		env = append(env, "ANTHROPIC_BASE_URL="+base, "ANTHROPIC_API_KEY="+Placeholder)
+		env = append(env, "ANTHROPIC_BASE_URL="+base, "ANTHROPIC_API_KEY="+key)
 	}
 	if openai {
-		env = append(env, "OPENAI_BASE_URL="+base+"/v1", "OPENAI_API_KEY="+Placeholder)
+		env = append(env, "OPENAI_BASE_URL="+base+"/v1", "OPENAI_API_KEY="+key)
 	}
 	return append(env, BrokerURLEnv+"="+base)
 }

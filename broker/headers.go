@@ -1,6 +1,10 @@
 package broker
 
 import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/base64"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -24,6 +28,97 @@ import (
 // Placeholder is the API key the workload holds (WorkloadEnv). The SDKs
 // send it; the broker drops it and adds the real credential.
 const Placeholder = "moat-placeholder"
+
+// Workload keys. A broker listener on the sandbox's own loopback can be
+// reached only by the sandbox, and its workload holds Placeholder. A
+// listener outside the sandbox's network (boundary.ListenerInfo.Host, the
+// Kubernetes backend's host address) admits a connection by its source
+// address, which is not authentication: a neighbour that can forge that
+// address (a Pod with CAP_NET_RAW on the same node) could otherwise speak
+// as the sandbox. There the workload holds a random per-sandbox key
+// (NewWorkloadKey) in place of Placeholder, and the broker (Config.
+// WorkloadKey) refuses every request, on every road, that does not carry
+// it, before any effect. The key is never journaled.
+
+// workloadKeyPrefix starts every per-sandbox key, so that it reads as
+// moat's and never as a provider's.
+const workloadKeyPrefix = "moat-"
+
+// minWorkloadKeyBytes bounds a configured key from below: a key shorter
+// than this could be guessed.
+const minWorkloadKeyBytes = 32
+
+// NewWorkloadKey returns a fresh per-sandbox key: "moat-" and 32 random
+// bytes (crypto/rand), base64url without padding.
+func NewWorkloadKey() string {
+	var r [32]byte
+	rand.Read(r[:]) // never fails (crypto/rand)
+	return workloadKeyPrefix + base64.RawURLEncoding.EncodeToString(r[:])
+}
+
+// checkWorkloadKeyConfig applies to a configured Config.WorkloadKey the
+// rule New enforces: "" (Placeholder), Placeholder itself, or at least
+// minWorkloadKeyBytes of printable ASCII without spaces.
+func checkWorkloadKeyConfig(key string) error {
+	if key == "" || key == Placeholder {
+		return nil
+	}
+	if len(key) < minWorkloadKeyBytes {
+		return fmt.Errorf("moat: broker: workload key of %d bytes, want at least %d (NewWorkloadKey)", len(key), minWorkloadKeyBytes)
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] <= ' ' || key[i] > '~' {
+			return fmt.Errorf("moat: broker: workload key has a byte 0x%02x at %d, want printable ASCII without spaces", key[i], i)
+		}
+	}
+	return nil
+}
+
+// workloadKey is the key the workload must send: Config.WorkloadKey, or
+// Placeholder when none is set.
+func (b *Broker) workloadKey() string {
+	if b.cfg.WorkloadKey == "" {
+		return Placeholder
+	}
+	return b.cfg.WorkloadKey
+}
+
+// credentialValue is the key a credential header carries: the value with
+// an optional "Bearer " and surrounding spaces removed.
+func credentialValue(v string) string {
+	return strings.TrimSpace(strings.TrimPrefix(v, "Bearer "))
+}
+
+// sameKey compares a sent key with the expected one in constant time.
+func sameKey(got, want string) bool {
+	return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+// checkWorkloadKey is the first check of every request (Broker.handle),
+// whatever its road (inference, tools, services, packages), when the
+// workload holds a per-sandbox key: some credential header must carry
+// it, and every credential header must carry exactly it. With Placeholder
+// it admits everything (checkHeaders still refuses other keys on the
+// inference road).
+func checkWorkloadKey(key string, r *request) *frontError {
+	if key == Placeholder {
+		return nil
+	}
+	carried := false
+	for _, f := range r.header {
+		if !slices.Contains(credentialHeaders, f.name) {
+			continue
+		}
+		if !sameKey(credentialValue(f.value), key) {
+			return refuse(ReasonCredentialHeader, 403, "the request did not carry this sandbox's broker key: header %s holds another value; send the key moat put in the workload's ANTHROPIC_API_KEY or OPENAI_API_KEY, unchanged", quote(f.name))
+		}
+		carried = true
+	}
+	if !carried {
+		return refuse(ReasonCredentialHeader, 403, "the request did not carry this sandbox's broker key: send the key moat put in the workload's ANTHROPIC_API_KEY or OPENAI_API_KEY as x-api-key or Authorization: Bearer (the SDKs do this when left to their defaults)")
+	}
+	return nil
+}
 
 // canonicalizer turns a header value into the one form that is forwarded,
 // or refuses it.
@@ -66,13 +161,14 @@ var allowedBetas = []string{
 }
 
 // credentialHeaders carry a client credential. The worker may send only
-// the placeholder (as the SDKs do); anything else is refused, so a worker
-// never believes it is using a key of its own.
+// the key it was given, the placeholder or its per-sandbox key (as the
+// SDKs do); anything else is refused, so a worker never believes it is
+// using a key of its own.
 var credentialHeaders = []string{"authorization", "x-api-key", "api-key"}
 
 // Refusal reasons of the header stage.
 const (
-	ReasonCredentialHeader Reason = "credential_header" // a credential that is not the placeholder
+	ReasonCredentialHeader Reason = "credential_header" // a credential that is not the workload's key (placeholder or per-sandbox), or a per-sandbox key missing
 	ReasonMoatHeader       Reason = "moat_header"       // a Moat-* header from the worker
 	ReasonBetaNotAllowed   Reason = "beta_not_allowed"  // an anthropic-beta value not in allowedBetas
 	ReasonBadHeaderValue   Reason = "header_value"      // a forwarded header with a value that fails its check
@@ -82,7 +178,9 @@ const (
 // checkHeaders applies the header policy to a request bound for api and
 // returns the worker headers to forward, each in its canonical form: the
 // lower-case name and the value sent, which the pre-effect record carries.
-func checkHeaders(api string, r *request) (map[string]string, *frontError) {
+// key is the workload's key (Broker.workloadKey); a credential header
+// must hold exactly it.
+func checkHeaders(api, key string, r *request) (map[string]string, *frontError) {
 	out := map[string]string{}
 	allowed := forwardedHeaders[api]
 	for _, f := range r.header {
@@ -90,10 +188,14 @@ func checkHeaders(api string, r *request) (map[string]string, *frontError) {
 		case strings.HasPrefix(f.name, "moat-"):
 			return nil, refuse(ReasonMoatHeader, 400, "header %s is reserved for moat and may not be sent by the client", quote(f.name))
 		case slices.Contains(credentialHeaders, f.name):
-			v := strings.TrimSpace(strings.TrimPrefix(f.value, "Bearer "))
-			if v != Placeholder {
+			if sameKey(credentialValue(f.value), key) {
+				break
+			}
+			if key == Placeholder {
 				return nil, refuse(ReasonCredentialHeader, 403, "header %q must hold the placeholder %q: moat adds the real credential itself; do not send keys of your own", f.name, Placeholder)
 			}
+			// The key itself is never in a message: messages are journaled.
+			return nil, refuse(ReasonCredentialHeader, 403, "header %q must hold the key moat put in the workload's ANTHROPIC_API_KEY or OPENAI_API_KEY: moat adds the real credential itself; do not send keys of your own", f.name)
 		case f.name == "content-type":
 			mt := strings.ToLower(strings.TrimSpace(strings.Split(f.value, ";")[0]))
 			if mt != "application/json" {

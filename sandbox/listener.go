@@ -4,6 +4,9 @@ import (
 	"net"
 	"os"
 	"sync"
+
+	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/broker"
 )
 
 // fileListener wraps the backend's listening socket. net.FileListener dups
@@ -12,6 +15,20 @@ func fileListener(f *os.File) (net.Listener, error) {
 	l, err := net.FileListener(f)
 	f.Close()
 	return l, err
+}
+
+// workloadKeyFor is the key the workload holds for the broker behind li
+// (broker.Config.WorkloadKey, broker.WorkloadEnvAt): "" (the placeholder)
+// for a listener on the sandbox's own loopback, which only the sandbox
+// reaches; a fresh random key for a listener on a host address
+// (li.Host != ""), whose admission by source address a neighbour that can
+// forge the sandbox's address would pass. The key stays in memory: it is
+// in the workload's environment and the broker's Config, never journaled.
+func workloadKeyFor(li boundary.ListenerInfo) string {
+	if li.Host == "" {
+		return ""
+	}
+	return broker.NewWorkloadKey()
 }
 
 // maxRefusalRecords bounds how many refused connections one listener

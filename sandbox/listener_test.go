@@ -4,9 +4,14 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/moat-sandbox/moat/boundary"
+	"github.com/moat-sandbox/moat/broker"
+	"github.com/moat-sandbox/moat/policy"
 )
 
 // TestAdmission: a connection the admission refuses is closed unread and
@@ -82,5 +87,46 @@ func TestAdmission(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("admitted connection not served")
+	}
+}
+
+// TestWorkloadKeyFor: a broker listener on a host address (the Kubernetes
+// backend's) gets a random key per sandbox, which the workload's SDK
+// variables carry in place of the placeholder; a loopback listener keeps
+// the placeholder (the positive control of the same env builder).
+func TestWorkloadKeyFor(t *testing.T) {
+	pol := &policy.Policy{}
+	pol.Inference.Providers = []policy.Provider{{Name: "a", API: "anthropic-messages"}, {Name: "o", API: "openai-chat"}}
+	envOf := func(li boundary.ListenerInfo) (string, map[string]string) {
+		s := &Session{pol: pol, BrokerPort: li.Port, brokerHost: li.Host, workloadKey: workloadKeyFor(li)}
+		m := map[string]string{}
+		for _, kv := range s.env(false) {
+			k, v, _ := strings.Cut(kv, "=")
+			m[k] = v
+		}
+		return s.workloadKey, m
+	}
+	off := boundary.ListenerInfo{Host: "10.244.0.1", Port: 9}
+	k1, env1 := envOf(off)
+	k2, env2 := envOf(off)
+	if k1 == "" || k2 == "" || k1 == k2 || !strings.HasPrefix(k1, "moat-") || k1 == broker.Placeholder {
+		t.Fatalf("off-sandbox listeners got keys %q and %q: want two different random moat- keys", k1, k2)
+	}
+	for i, c := range []struct {
+		key string
+		env map[string]string
+	}{{k1, env1}, {k2, env2}} {
+		for _, v := range []string{"ANTHROPIC_API_KEY", "OPENAI_API_KEY"} {
+			if c.env[v] != c.key {
+				t.Errorf("sandbox %d: %s = %q, want its key %q", i, v, c.env[v], c.key)
+			}
+		}
+		if c.env[broker.BrokerURLEnv] != "http://10.244.0.1:9" {
+			t.Errorf("sandbox %d: %s = %q, want the host address", i, broker.BrokerURLEnv, c.env[broker.BrokerURLEnv])
+		}
+	}
+	k, env := envOf(boundary.ListenerInfo{Port: 9})
+	if k != "" || env["ANTHROPIC_API_KEY"] != broker.Placeholder || env["OPENAI_API_KEY"] != broker.Placeholder {
+		t.Errorf("loopback listener: key %q, ANTHROPIC_API_KEY %q, OPENAI_API_KEY %q; want no key and the placeholder", k, env["ANTHROPIC_API_KEY"], env["OPENAI_API_KEY"])
 	}
 }

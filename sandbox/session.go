@@ -102,6 +102,9 @@ type Session struct {
 	// brokerHost is where the workload reaches the broker
 	// (boundary.ListenerInfo.Host): "" is the sandbox's 127.0.0.1.
 	brokerHost string
+	// workloadKey is the key the workload sends and the broker requires
+	// (workloadKeyFor): "" is the placeholder. Never journaled.
+	workloadKey string
 
 	pol *policy.Policy
 	w   *audit.Writer
@@ -449,6 +452,7 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[strin
 		return &RefusedError{Msg: msg}
 	}
 	s.BrokerPort, s.brokerHost = li.Port, li.Host
+	s.workloadKey = workloadKeyFor(li)
 	eli, egressOn, err := egressListener(sb, be.Name(), pol)
 	if err != nil {
 		li.File.Close()
@@ -523,6 +527,7 @@ func (s *Session) open(ctx context.Context, be boundary.Backend, creds map[strin
 		Budget:                 s.budget,
 		RunID:                  s.RunID,
 		Sandbox:                s.sandbox,
+		WorkloadKey:            s.workloadKey,
 		OnFatal: func(reason string, err error) {
 			select {
 			case s.fatal <- Fatal{Reason: reason, Msg: err.Error()}:
@@ -581,7 +586,7 @@ func checksOf(rep *measure.Report) []audit.Check {
 // moat's environment; and TERM (the caller's, SessionOptions.Term) for a
 // process that has a terminal, unless the policy's env sets TERM itself.
 func (s *Session) env(terminal bool) []string {
-	extra := broker.WorkloadEnvAt(s.brokerHost, s.BrokerPort, s.pol)
+	extra := broker.WorkloadEnvAt(s.brokerHost, s.BrokerPort, s.workloadKey, s.pol)
 	extra = append(extra, toolEnv(s.BrokerPort, s.pol)...)
 	extra = append(extra, serviceEnv(s.pol)...)
 	extra = append(extra, packageEnv(s.BrokerPort, s.pol)...)
