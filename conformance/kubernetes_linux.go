@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -64,37 +63,16 @@ func (c *k8sCluster) hostAddress(ctx context.Context, configured string) (netip.
 	return ip, nil
 }
 
-// podName is the name the kubernetes backend gives a run's Pod and
-// NetworkPolicy: "moat-" and the run id lower-cased, every other
-// character '-', at most 63 bytes. Should the backend name them
-// otherwise, supervisor-loss's control (the Pod exists while moat runs)
-// fails: it cannot pass by looking for the wrong name.
-func podName(runID string) string {
-	n := "moat-" + strings.Map(func(r rune) rune {
-		switch {
-		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
-			return r
-		case r >= 'A' && r <= 'Z':
-			return r + 'a' - 'A'
-		}
-		return '-'
-	}, runID)
-	if len(n) > 63 {
-		n = n[:63]
-	}
-	return strings.TrimRight(n, "-")
-}
-
 // podExists reports whether the run's Pod exists and is not being
 // deleted.
 func (c *k8sCluster) podExists(ctx context.Context, runID string) (bool, error) {
-	return kubeapi.PodLive(ctx, c.cs, c.ns, podName(runID))
+	return kubeapi.PodLive(ctx, c.cs, c.ns, kubeapi.ObjectName(runID))
 }
 
 // objectsLeft lists the Pods and NetworkPolicies of the run still in the
 // namespace.
 func (c *k8sCluster) objectsLeft(ctx context.Context, runID string) ([]string, error) {
-	return kubeapi.ObjectsLeft(ctx, c.cs, c.ns, podName(runID))
+	return kubeapi.ObjectsLeft(ctx, c.cs, c.ns, kubeapi.ObjectName(runID))
 }
 
 // kubernetesPolicy is the policy's kubernetes section for the harness.
@@ -164,7 +142,7 @@ func supervisorLossKubernetes(ctx context.Context, h *harness) Result {
 		v.invalid("looking up the Pod: %v", err)
 		return v.result()
 	}
-	v.control(exists, "the sandbox's Pod %s exists in %s while moat runs", podName(info.RunID), c.ns)
+	v.control(exists, "the sandbox's Pod %s exists in %s while moat runs", kubeapi.ObjectName(info.RunID), c.ns)
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
 	// The watchdog deletes the Pod, waits for it to be gone, then the

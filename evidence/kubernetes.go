@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/moat-sandbox/moat/internal/kubeapi"
@@ -96,39 +95,18 @@ func (v *kubeView) hostAddress(ctx context.Context) (netip.Addr, error) {
 	return ip, nil
 }
 
-// podName is the kubernetes backend's name of a run's Pod and
-// NetworkPolicy: "moat-" and the run id lower-cased, other characters
-// '-', at most 63 bytes. Were the backend to name them otherwise, the
-// Pod would not be found and its host observations would be missing
-// (invalid), never passed.
-func podName(runID string) string {
-	n := "moat-" + strings.Map(func(r rune) rune {
-		switch {
-		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
-			return r
-		case r >= 'A' && r <= 'Z':
-			return r + 'a' - 'A'
-		}
-		return '-'
-	}, runID)
-	if len(n) > 63 {
-		n = n[:63]
-	}
-	return strings.TrimRight(n, "-")
-}
-
 // podUID is the uid of the run's Pod.
 func (v *kubeView) podUID(ctx context.Context, runID string) (string, error) {
-	p, err := v.cs.GetPod(ctx, v.ns, podName(runID))
+	p, err := v.cs.GetPod(ctx, v.ns, kubeapi.ObjectName(runID))
 	if err != nil {
-		return "", fmt.Errorf("kubernetes: the run's Pod %s/%s: %w", v.ns, podName(runID), err)
+		return "", fmt.Errorf("kubernetes: the run's Pod %s/%s: %w", v.ns, kubeapi.ObjectName(runID), err)
 	}
 	return string(p.UID), nil
 }
 
 // objectsLeft lists the run's Pod and NetworkPolicy while they exist.
 func (v *kubeView) objectsLeft(ctx context.Context, runID string) ([]string, error) {
-	return kubeapi.ObjectsLeft(ctx, v.cs, v.ns, podName(runID))
+	return kubeapi.ObjectsLeft(ctx, v.cs, v.ns, kubeapi.ObjectName(runID))
 }
 
 // observePod records the host's view of the run's Pod once it is Ready:
@@ -146,7 +124,7 @@ func (r *caseRun) observePod(ctx context.Context, runID string) []int {
 		r.host.Missing = append(r.host.Missing, fmt.Sprintf("no process of Pod uid %s found on this host (%v): the node must be this host", uid, err))
 		return nil
 	}
-	r.host.Notes = append(r.host.Notes, fmt.Sprintf("kubernetes: Pod %s/%s uid %s: %d processes on this host (by cgroup), observed as the worker", r.s.kube.ns, podName(runID), uid, len(pids)))
+	r.host.Notes = append(r.host.Notes, fmt.Sprintf("kubernetes: Pod %s/%s uid %s: %d processes on this host (by cgroup), observed as the worker", r.s.kube.ns, kubeapi.ObjectName(runID), uid, len(pids)))
 	observeNamespaces(&r.host, pids)
 	return pids
 }

@@ -89,18 +89,3 @@ func TestKubernetesCasePolicy(t *testing.T) {
 		}
 	}
 }
-
-// podName is the backend's object name for a run: lower case, '-' for
-// anything else, cut at 63 bytes, without a trailing '-'.
-func TestPodName(t *testing.T) {
-	a57 := strings.Repeat("a", 57)
-	for in, want := range map[string]string{
-		"20261201T054249Z-99fa02fd7cc7": "moat-20261201t054249z-99fa02fd7cc7",
-		a57 + "_b":                      "moat-" + a57, // 64 bytes cut to 63 end in '-'
-		a57 + "X":                       "moat-" + a57 + "x",
-	} {
-		if got := podName(in); got != want {
-			t.Errorf("podName(%q) = %q, want %q", in, got, want)
-		}
-	}
-}

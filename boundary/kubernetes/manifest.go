@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/moat-sandbox/moat/internal/fsutil"
+	"github.com/moat-sandbox/moat/internal/kubeapi"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -30,24 +31,9 @@ const RunLabel = "moat.sandbox/run"
 // containerName is the Pod's one container.
 const containerName = "sandbox"
 
-// objectName is the Pod's and NetworkPolicy's name for a run id: "moat-"
-// and the id, lower case, every other character '-', at most 63 bytes
-// (a DNS label, and a label value).
-func objectName(runID string) string {
-	n := "moat-" + strings.Map(func(r rune) rune {
-		switch {
-		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
-			return r
-		case r >= 'A' && r <= 'Z':
-			return r + 'a' - 'A'
-		}
-		return '-'
-	}, runID)
-	if len(n) > 63 {
-		n = n[:63]
-	}
-	return strings.TrimRight(n, "-")
-}
+// objectName is the Pod's and NetworkPolicy's name for a run id
+// (kubeapi.ObjectName, shared with conformance and evidence).
+func objectName(runID string) string { return kubeapi.ObjectName(runID) }
 
 // podSpec is what buildPod needs besides the policy.
 type podSpec struct {

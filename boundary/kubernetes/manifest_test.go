@@ -105,19 +105,6 @@ func TestBuildNetworkPolicy(t *testing.T) {
 	}
 }
 
-func TestObjectName(t *testing.T) {
-	for in, want := range map[string]string{
-		"20261201T043217Z-abcdef012345": "moat-20261201t043217z-abcdef012345",
-		"doctor-X_y":                    "moat-doctor-x-y",
-		strings.Repeat("a", 80):         "moat-" + strings.Repeat("a", 58),
-		strings.Repeat("a", 57) + "--b": "moat-" + strings.Repeat("a", 57),
-	} {
-		if got := objectName(in); got != want {
-			t.Errorf("objectName(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // TestHostPathGrants: a grant under a directory the workload can write
 // is refused with the reason, as is a symlinked component; the same
 // grant under directories it cannot write is accepted (control).
