@@ -195,10 +195,16 @@ func (p *runner) raw(name, data string) {
 	p.step(name, probekit.StatusCode(line), err, strings.TrimSpace(line))
 }
 
-// rawPost frames a POST by hand: headers given verbatim.
+// rawPost frames a POST by hand: headers given verbatim, after the
+// workload's API key as the SDKs send it (the placeholder, or the
+// sandbox's own broker key where the broker is off the sandbox's network,
+// as on kubernetes), so that a refusal is the framing's and not the key's.
 func (p *runner) rawPost(target string, headers []string, body string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nanthropic-version: 2023-06-01\r\nConnection: close\r\n", target, p.broker)
+	if k := os.Getenv("ANTHROPIC_API_KEY"); k != "" {
+		fmt.Fprintf(&b, "x-api-key: %s\r\n", k)
+	}
 	for _, h := range headers {
 		b.WriteString(h + "\r\n")
 	}
