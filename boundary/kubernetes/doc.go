@@ -34,6 +34,13 @@
 // watch, so a replaced Pod's new IP is the one admitted, and nobody once
 // the Pod is gone); any other is closed unread and journaled.
 //
+// The Pod's interface also has an IPv6 link-local address, which a
+// NetworkPolicy enforced for IPv4 alone does not confine: the stage's
+// seccomp filter refuses IPv6 sockets (seccomp.Options.IPv4Only) and
+// the broker's address is IPv4. NetworkPolicies add up, so Prepare
+// refuses a namespace where another policy that allows traffic selects
+// the Pod.
+//
 // None of that is taken on trust. The measurement runs inside the Pod
 // (moat's own binary in the image, behind the same stage as the
 // workload) and, since the broker is off the sandbox's network
@@ -63,8 +70,12 @@
 //     Pod's own content, not the host's) and read_only grants are served
 //     by the image's read-only root. With host_path_grants each grant is a
 //     hostPath volume, accepted only when no directory that the kubelet
-//     follows to it can be replaced by the workload's uid (kubelet
-//     resolves hostPath on the node, following symlinks).
+//     follows to it can be replaced by anyone but root and the user
+//     running moat (kubelet resolves hostPath on the node, following
+//     symlinks, and another sandbox's workload could swap a component
+//     between moat's check and the mount), only when the node is this
+//     host (no broker_address), and never with the cluster's
+//     credentials or moat's binary under a read_write grant.
 //   - Signals: the exec API has none; a signal is delivered by a second
 //     exec of moat in the Pod, to the pid the stage recorded.
 //   - Terminals: moat's terminal is relayed through the exec API's TTY
