@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/sha512"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
@@ -164,21 +163,7 @@ func NewPackages(cfg PackagesConfig) (*Packages, error) {
 		if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.RawPath != "" {
 			return nil, fmt.Errorf("moat: broker: packages: upstream %q must be https://host[:port][/prefix]", g.Upstream)
 		}
-		base := &registry{grant: g, upstream: u, client: &http.Client{
-			Transport: &http.Transport{
-				Proxy:                 nil,
-				DialContext:           cfg.Dial,
-				TLSClientConfig:       &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
-				TLSHandshakeTimeout:   10 * time.Second,
-				ResponseHeaderTimeout: UpstreamHeaderTimeout,
-				ForceAttemptHTTP2:     true,
-				MaxIdleConnsPerHost:   8,
-				IdleConnTimeout:       90 * time.Second,
-				DisableCompression:    true,
-			},
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-			Timeout:       PackageTimeout,
-		}}
+		base := &registry{grant: g, upstream: u, client: upstreamClient(cfg.Dial, roots, PackageTimeout)}
 		switch {
 		case !slices.Contains(policy.PackageKinds, g.Kind):
 			return nil, fmt.Errorf("moat: broker: packages: kind %q is not served", g.Kind)

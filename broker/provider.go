@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -171,4 +172,28 @@ func (p *provider) url(endpoint string) string {
 	u.Path = strings.TrimSuffix(u.Path, "/") + endpoint
 	u.RawPath = ""
 	return u.String()
+}
+
+// upstreamClient is the HTTP client of a service or package grant
+// (egress.services, egress.packages): dial is the guarded dialer, roots
+// the trusted CAs, timeout bounds a whole exchange. No proxy from the
+// environment, no transparent decompression (the broker decodes and scans
+// itself), and redirects come back to the caller unfollowed.
+func upstreamClient(dial func(ctx context.Context, network, addr string) (net.Conn, error), roots *x509.CertPool, timeout time.Duration) *http.Client {
+	return &http.Client{
+		Transport: &http.Transport{
+			Proxy:                 nil,
+			DialContext:           dial,
+			TLSClientConfig:       &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+			TLSHandshakeTimeout:   10 * time.Second,
+			ResponseHeaderTimeout: UpstreamHeaderTimeout,
+			ForceAttemptHTTP2:     true,
+			MaxIdleConnsPerHost:   8,
+			IdleConnTimeout:       90 * time.Second,
+			DisableCompression:    true,
+		},
+		// Redirects are never followed: the 3xx comes back to the caller.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		Timeout:       timeout,
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
@@ -198,22 +197,7 @@ func newService(g *policy.EgressService, cred string, cfg *ServicesConfig) (*ser
 			}
 		}
 	}
-	sv.client = &http.Client{
-		Transport: &http.Transport{
-			Proxy:                 nil,
-			DialContext:           cfg.Dial,
-			TLSClientConfig:       &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
-			TLSHandshakeTimeout:   10 * time.Second,
-			ResponseHeaderTimeout: UpstreamHeaderTimeout,
-			ForceAttemptHTTP2:     true,
-			MaxIdleConnsPerHost:   8,
-			IdleConnTimeout:       90 * time.Second,
-			DisableCompression:    true,
-		},
-		// Redirects are never followed: the 3xx comes back to serveService.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		Timeout:       ServiceTimeout,
-	}
+	sv.client = upstreamClient(cfg.Dial, roots, ServiceTimeout)
 	return sv, secrets, nil
 }
 
