@@ -23,6 +23,10 @@
 // answered for a path or a pid, only for the version of the file that is
 // open now. A caller that asks for a settled version while another is
 // hashing it waits for that hash instead of reading the file again.
+//
+// FileShared (shared.go) also shares a settled version's hash between
+// processes, for moat's own binary, through the kernel keyring: read
+// shared.go for why a workload cannot plant an answer there.
 package exehash
 
 import (

@@ -1,0 +1,223 @@
+//go:build linux
+
+package exehash
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/moat-sandbox/moat/internal/testenv"
+)
+
+// needKeyring skips where the kernel keyring cannot be used (a container
+// whose seccomp profile refuses keyctl); CI requires it.
+func needKeyring(t *testing.T) {
+	t.Helper()
+	id, err := unix.AddKey("user", "moat-exehash-test:probe", []byte("x"), unix.KEY_SPEC_USER_KEYRING)
+	testenv.Need(t, err == nil, "the kernel keyring is unavailable here (add_key: "+errString(err)+")")
+	unlink(id)
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return err.Error()
+}
+
+func unlink(id int) {
+	if ring, err := unix.KeyctlGetKeyringID(unix.KEY_SPEC_USER_KEYRING, false); err == nil {
+		unix.KeyctlInt(unix.KEYCTL_UNLINK, id, ring, 0, 0)
+	}
+}
+
+// unlinkEntry removes the shared entry of the file at p's version now,
+// if any, and again when the test ends.
+func unlinkEntry(t *testing.T, p string) {
+	f, err := os.Open(p)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	k, _, _ := stat(f)
+	desc := sharedDesc(k)
+	rm := func() {
+		if id, err := unix.KeyctlSearch(unix.KEY_SPEC_USER_KEYRING, "user", desc, 0); err == nil {
+			unlink(id)
+		}
+	}
+	rm()
+	t.Cleanup(rm)
+}
+
+// newProcess forgets what this process remembered, as a second moat
+// process would start with nothing.
+func newProcess() { mu.Lock(); clear(cache); mu.Unlock() }
+
+func hits() int { mu.Lock(); defer mu.Unlock(); return sharedHits }
+
+func TestFileSharedAcrossProcesses(t *testing.T) {
+	needKeyring(t)
+	settled(t)
+	dir := t.TempDir()
+	p := filepath.Join(dir, "moat")
+	write(t, p, []byte("the binary"))
+	unlinkEntry(t, p)
+	state := filepath.Join(dir, "state")
+
+	h0, s0 := hashCount(), hits()
+	got, err := FileShared(p, 1<<20, state)
+	if err != nil || got != sumOf([]byte("the binary")) {
+		t.Fatalf("first: %q, %v", got, err)
+	}
+	if hashCount() != h0+1 || hits() != s0 {
+		t.Fatalf("first: %d hashes, %d shared answers; want 1 and 0", hashCount()-h0, hits()-s0)
+	}
+	newProcess()
+	got, err = FileShared(p, 1<<20, state)
+	if err != nil || got != sumOf([]byte("the binary")) {
+		t.Fatalf("second process: %q, %v", got, err)
+	}
+	if hashCount() != h0+1 || hits() != s0+1 {
+		t.Fatalf("second process: %d hashes, %d shared answers; want none and 1", hashCount()-h0-1, hits()-s0)
+	}
+
+	// A new version (its ctime is new) is hashed again, whatever the
+	// keyring holds for the old one.
+	// The entry cannot be updated in place, not even by its owner.
+	f, _ := os.Open(p)
+	k, _, _ := stat(f)
+	f.Close()
+	if _, err := unix.AddKey("user", sharedDesc(k), make([]byte, 64), unix.KEY_SPEC_USER_KEYRING); err == nil {
+		t.Fatal("the shared entry could be overwritten")
+	}
+	write(t, p, []byte("another binary"))
+	unlinkEntry(t, p)
+	newProcess()
+	got, err = FileShared(p, 1<<20, state)
+	if err != nil || got != sumOf([]byte("another binary")) {
+		t.Fatalf("changed: %q, %v", got, err)
+	}
+	if hashCount() != h0+2 {
+		t.Fatalf("changed: not hashed again")
+	}
+}
+
+// A planted entry (another digest, sealed under another secret, or
+// malformed) is not believed: the file is hashed and its true sum
+// returned. The control is the entry FileShared itself leaves, which
+// the next process believes.
+func TestFileSharedPlantedEntry(t *testing.T) {
+	needKeyring(t)
+	settled(t)
+	dir := t.TempDir()
+	p := filepath.Join(dir, "moat")
+	write(t, p, []byte("the binary"))
+	unlinkEntry(t, p)
+	state := filepath.Join(dir, "state")
+	f, _ := os.Open(p)
+	k, _, _ := stat(f)
+	f.Close()
+	desc := sharedDesc(k)
+	liar := sumOf([]byte("a lie"))
+	lieDigest := []byte(liar[:32])
+	for name, payload := range map[string][]byte{
+		"another secret": sealEntry([]byte("not the secret of this state dir"), desc, lieDigest),
+		"digest only":    lieDigest,
+		"one byte":       {0},
+		"too long":       append(sealEntry([]byte("x"), desc, lieDigest), 0),
+	} {
+		t.Run(name, func(t *testing.T) {
+			// (The entry FileShared leaves cannot be updated, not even by
+			// its owner: a planter must unlink it first, as here.)
+			unlinkEntry(t, p)
+			if _, err := unix.AddKey("user", desc, payload, unix.KEY_SPEC_USER_KEYRING); err != nil {
+				t.Fatal(err)
+			}
+			newProcess()
+			h0, s0 := hashCount(), hits()
+			got, err := FileShared(p, 1<<20, state)
+			if err != nil || got != sumOf([]byte("the binary")) {
+				t.Fatalf("got %q, %v; want the file's own sum", got, err)
+			}
+			if hashCount() != h0+1 || hits() != s0 {
+				t.Fatalf("%d hashes, %d shared answers; want 1 and 0", hashCount()-h0, hits()-s0)
+			}
+			// Control: FileShared replaced the planted entry with its own,
+			// which the next process takes.
+			newProcess()
+			if got, err := FileShared(p, 1<<20, state); err != nil || got != sumOf([]byte("the binary")) || hits() != s0+1 {
+				t.Fatalf("control: %q, %v, %d shared answers", got, err, hits()-s0)
+			}
+		})
+	}
+}
+
+// The secret's directory and file must be this user's alone; otherwise
+// nothing is shared (and the sum is still right).
+func TestFileSharedSecretChecks(t *testing.T) {
+	needKeyring(t)
+	settled(t)
+	dir := t.TempDir()
+	p := filepath.Join(dir, "moat")
+	write(t, p, []byte("the binary"))
+	unlinkEntry(t, p)
+
+	open := filepath.Join(dir, "open")
+	os.Mkdir(open, 0o777)
+	os.Chmod(open, 0o777)
+	loose := filepath.Join(dir, "loose")
+	os.Mkdir(loose, 0o700)
+	os.WriteFile(filepath.Join(loose, secretName), make([]byte, 32), 0o644)
+	os.Chmod(filepath.Join(loose, secretName), 0o644)
+	link := filepath.Join(dir, "link")
+	os.Mkdir(link, 0o700)
+	os.WriteFile(filepath.Join(dir, "elsewhere"), make([]byte, 32), 0o600)
+	os.Symlink(filepath.Join(dir, "elsewhere"), filepath.Join(link, secretName))
+	for _, state := range []string{open, loose, link, "relative/dir"} {
+		t.Run(filepath.Base(state), func(t *testing.T) {
+			if _, err := loadSecret(state); err == nil {
+				t.Fatalf("loadSecret(%s) accepted it", state)
+			}
+			for range 2 {
+				newProcess()
+				h0 := hashCount()
+				if got, err := FileShared(p, 1<<20, state); err != nil || got != sumOf([]byte("the binary")) || hashCount() != h0+1 {
+					t.Fatalf("got %q, %v, %d hashes; want the sum, hashed", got, err, hashCount()-h0)
+				}
+			}
+		})
+	}
+	// Control: a private directory shares.
+	good := filepath.Join(dir, "good")
+	if _, err := loadSecret(good); err != nil {
+		t.Fatalf("control: %v", err)
+	}
+	if fi, err := os.Stat(filepath.Join(good, secretName)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("control: secret file %v, %v", fi, err)
+	}
+}
+
+// An unsettled version (changed less than Settle ago) is never shared.
+func TestFileSharedUnsettled(t *testing.T) {
+	needKeyring(t)
+	dir := t.TempDir()
+	p := filepath.Join(dir, "moat")
+	write(t, p, []byte("fresh"))
+	unlinkEntry(t, p)
+	mu.Lock()
+	clear(cache)
+	mu.Unlock()
+	if _, err := FileShared(p, 1<<20, filepath.Join(dir, "state")); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.Open(p)
+	k, _, _ := stat(f)
+	f.Close()
+	if _, err := unix.KeyctlSearch(unix.KEY_SPEC_USER_KEYRING, "user", sharedDesc(k), 0); err == nil {
+		t.Fatal("an unsettled version was shared")
+	}
+}
