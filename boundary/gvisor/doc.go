@@ -6,9 +6,14 @@
 //	supervisor (moat) ── locked OS thread, Pdeathsig ──▶ __moat-gvisor-init
 //	    new PID, network and mount namespaces; only `lo`, up; the broker's
 //	    listener is made here and handed to the supervisor (SCM_RIGHTS)
-//	    └─ runsc --network=host run    (container init: a pause)
-//	    └─ runsc exec --process P.json (measurement, workload, exec), each
-//	       behind __moat-gvisor-stage, which installs moat's seccomp filter
+//	    └─ runsc --network=host run    (container init: the pause, behind
+//	       __moat-gvisor-stage, which installs moat's seccomp filter)
+//	         └─ measurement, workload, exec: forked by the pause, asked
+//	            over a socket runsc passes it (--pass-fd); they inherit
+//	            the pause's filter, uid, empty capabilities and
+//	            noNewPrivileges (pause_linux.go)
+//	    └─ runsc exec --process P.json (a process with a terminal only),
+//	       behind the stage
 //
 // runsc's network mode "host" means the sentry uses the network namespace it
 // was started in, which moat made with nothing but loopback and the broker's

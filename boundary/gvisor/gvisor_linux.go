@@ -309,7 +309,6 @@ func procStatus(pid int) (nspid []int, ppid int, ok bool) {
 type proc struct {
 	s       *sandbox
 	id      int
-	pid     int
 	started chan error
 	done    chan struct{}
 	code    int
@@ -347,7 +346,6 @@ func (s *sandbox) readLoop() {
 		}
 		switch m.Op {
 		case "started":
-			p.pid = s.hostPID(m.PID)
 			p.started <- nil
 		case "error":
 			p.started <- errors.New(m.Error)
@@ -411,8 +409,7 @@ func (s *sandbox) start(ctx context.Context, op ociProcess, p boundary.Process) 
 }
 
 // HostPID is the runsc sandbox process: the workload runs inside that
-// sentry, not as a host process of its own (p.pid, the `runsc exec`
-// client, only relays stdio and the exit status).
+// sentry, not as a host process of its own.
 func (p *proc) HostPID() int { return p.s.sandboxPID }
 
 func (p *proc) Wait() (int, error) {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,30 +19,6 @@ import (
 	"github.com/moat-sandbox/moat/boundary/internal/initkit"
 	"github.com/moat-sandbox/moat/internal/grants"
 )
-
-// PauseMain is the container's init inside the sentry: it holds the
-// container open for `runsc exec` and does nothing else.
-func PauseMain([]string) int {
-	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
-	// As the container's init it is the parent of every orphan: it reaps
-	// them, so that a killed leftover does not stay a zombie.
-	chld := make(chan os.Signal, 16)
-	signal.Notify(chld, syscall.SIGCHLD)
-	for {
-		select {
-		case <-ch:
-			return 0
-		case <-chld:
-			for {
-				pid, err := syscall.Wait4(-1, nil, syscall.WNOHANG, nil)
-				if pid <= 0 || err != nil {
-					break
-				}
-			}
-		}
-	}
-}
 
 // initConfig is sent by the supervisor as the first control message.
 type initConfig struct {
@@ -160,7 +135,21 @@ func InitMain([]string) int {
 		return cmd
 	}
 	pidFile := filepath.Join(filepath.Dir(cfg.Bundle), "sandbox.pid")
-	run := runsc("run", "--bundle", cfg.Bundle, "--detach", "--pid-file", pidFile, cfg.ID)
+	// The pause's channel (pause_linux.go): its end is the container
+	// init's fd pauseCtlFD, donated by runsc to the sentry.
+	pfds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fail(fmt.Errorf("pause channel: %w", err))
+	}
+	pauseEnd := os.NewFile(uintptr(pfds[1]), "pause-channel")
+	pc, err := initkit.NewConn(pfds[0])
+	if err != nil {
+		pauseEnd.Close()
+		return fail(fmt.Errorf("pause channel: %w", err))
+	}
+	run := runsc("run", "--bundle", cfg.Bundle, "--detach", "--pid-file", pidFile,
+		fmt.Sprintf("--pass-fd=%d:%d", 3, pauseCtlFD), cfg.ID)
+	run.ExtraFiles = []*os.File{pauseEnd} // fd 3 of runsc run
 	// The container's own stdio (the pause process) goes to a log beside
 	// the bundle; runsc's errors are read back from it on failure.
 	logPath := filepath.Join(filepath.Dir(cfg.Bundle), "runsc-run.log")
@@ -171,6 +160,7 @@ func InitMain([]string) int {
 	run.Stdout, run.Stderr = logf, logf
 	err = run.Run()
 	logf.Close()
+	pauseEnd.Close()
 	if err != nil {
 		out, _ := os.ReadFile(logPath)
 		return fail(fmt.Errorf("runsc run: %v: %s", err, out))
@@ -181,6 +171,42 @@ func InitMain([]string) int {
 
 	var pmu sync.Mutex
 	procs := map[int]*exec.Cmd{}
+	// fast: the processes the pause started (by id), with their pids
+	// inside the sentry (0 until "started").
+	fast := map[int]int{}
+	go func() {
+		// What the pause sends is taken for what it says only for the
+		// ids asked of it; it cannot send descriptors (the sentry
+		// refuses them towards the host), and any it did are closed.
+		for {
+			var pm msg
+			files, err := pc.Recv(&pm)
+			initkit.CloseFiles(files)
+			if errors.Is(err, initkit.ErrClosed) {
+				// The container's init is gone, and the sandbox with it.
+				fmt.Fprintln(os.Stderr, "moat: gvisor init: the container's pause ended: ending the sandbox")
+				os.Exit(0)
+			}
+			if err != nil {
+				continue
+			}
+			pmu.Lock()
+			_, ok := fast[pm.ID]
+			switch {
+			case !ok:
+			case pm.Op == "started":
+				fast[pm.ID] = max(pm.PID, 0)
+				send(msg{Op: "started", ID: pm.ID})
+			case pm.Op == "error":
+				delete(fast, pm.ID)
+				send(msg{Op: "error", ID: pm.ID, Error: pm.Error})
+			case pm.Op == "exited":
+				delete(fast, pm.ID)
+				send(msg{Op: "exited", ID: pm.ID, Code: pm.Code})
+			}
+			pmu.Unlock()
+		}
+	}()
 	// Terminating is the init's own exit: it is pid 1 of the PID namespace
 	// that holds runsc, its gofer, its sandbox and every exec, so the
 	// kernel kills them all. (`runsc delete` here waits seconds for a
@@ -205,6 +231,20 @@ func InitMain([]string) int {
 		case "exec":
 			if m.Process == nil || len(files) != 3 {
 				send(msg{Op: "error", ID: m.ID, Error: "exec needs a process and three stdio fds"})
+				initkit.CloseFiles(files)
+				continue
+			}
+			if !m.Process.Terminal {
+				// Started by the pause inside the sentry: no runsc exec.
+				pmu.Lock()
+				fast[m.ID] = 0
+				pmu.Unlock()
+				if err := pc.Send(msg{Op: "exec", ID: m.ID, Process: m.Process}, fileFDs(files)...); err != nil {
+					pmu.Lock()
+					delete(fast, m.ID)
+					pmu.Unlock()
+					send(msg{Op: "error", ID: m.ID, Error: "the container's pause: " + err.Error()})
+				}
 				initkit.CloseFiles(files)
 				continue
 			}
@@ -247,6 +287,11 @@ func InitMain([]string) int {
 						live[pid] = true
 					}
 				}
+				for _, pid := range fast {
+					if pid > 0 {
+						live[pid] = true
+					}
+				}
 				pmu.Unlock()
 				// Reported exited only once what it started is gone.
 				killLeftovers(runsc, cfg.ID, innerPID(cfg, id), live)
@@ -256,7 +301,12 @@ func InitMain([]string) int {
 		case "signal":
 			pmu.Lock()
 			cmd := procs[m.ID]
+			_, isFast := fast[m.ID]
 			pmu.Unlock()
+			if isFast {
+				pc.Send(msg{Op: "signal", ID: m.ID, Signal: m.Signal})
+				continue
+			}
 			if cmd == nil {
 				continue
 			}
@@ -275,6 +325,15 @@ func InitMain([]string) int {
 			return 0
 		}
 	}
+}
+
+// fileFDs are the descriptors of files.
+func fileFDs(files []*os.File) []int {
+	fds := make([]int, len(files))
+	for i, f := range files {
+		fds[i] = int(f.Fd())
+	}
+	return fds
 }
 
 func trimSpace(b []byte) []byte {
