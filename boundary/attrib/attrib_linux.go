@@ -2,6 +2,7 @@ package attrib
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/internal/exehash"
+	"golang.org/x/sys/unix"
 )
 
 // New returns an Attributor for connections whose peers live in the network
@@ -45,7 +47,7 @@ func (a *attributor) Attribute(conn net.Conn) boundary.Attribution {
 	if err != nil {
 		return unavailable("cannot read the sandbox's network namespace: %v", err)
 	}
-	inode, err := a.peerInode(peer, ours)
+	inode, err := a.peerInode(ns, peer, ours)
 	if err != nil {
 		return unavailable("%v", err)
 	}
@@ -75,9 +77,38 @@ func unmapped(ap netip.AddrPort) netip.AddrPort {
 
 func socketLink(inode uint64) string { return "socket:[" + strconv.FormatUint(inode, 10) + "]" }
 
-// peerInode finds the socket whose local end is peer and remote end is ours
-// in the sandbox's tcp and tcp6 tables.
-func (a *attributor) peerInode(peer, ours netip.AddrPort) (uint64, error) {
+// peerInode finds the socket whose local end is peer and remote end is
+// ours in the sandbox's network namespace (ns, as readlink showed it): by
+// a sock_diag lookup of that one 4-tuple, or where the namespace cannot
+// be entered (an unprivileged moat), in its tcp and tcp6 tables.
+func (a *attributor) peerInode(ns string, peer, ours netip.AddrPort) (uint64, error) {
+	r, err := diagPeer(a.netnsPID, ns, peer, ours)
+	switch {
+	case errors.Is(err, errNoDiagSocket), errors.Is(err, errDiagNoSocket):
+		// No sock_diag socket in that namespace, or no such socket: the
+		// tables give the answer the lookup always gave (a kernel whose
+		// tcp_diag is missing says ENOENT to everything; a peer that has
+		// gone is a rare path).
+		return a.tablePeerInode(peer, ours)
+	case err != nil:
+		return 0, err
+	case r.Inode == 0:
+		return 0, noLongerHeld(peer, r.State)
+	}
+	return r.Inode, nil
+}
+
+func noSocket(peer, ours netip.AddrPort) error {
+	return fmt.Errorf("no socket from %s to %s in the sandbox's network namespace (the peer has closed, or is not in that namespace)", peer, ours)
+}
+
+func noLongerHeld(peer netip.AddrPort, state uint8) error {
+	return fmt.Errorf("the peer socket %s is no longer held by any process (state %02X)", peer, state)
+}
+
+// tablePeerInode finds the socket whose local end is peer and remote end
+// is ours in the sandbox's tcp and tcp6 tables.
+func (a *attributor) tablePeerInode(peer, ours netip.AddrPort) (uint64, error) {
 	// An IPv4 peer is an AF_INET socket (tcp) or an AF_INET6 one with a
 	// mapped address (tcp6); an IPv6 peer is only in tcp6. A 4-tuple names
 	// at most one live socket in a namespace, so the second table is read
@@ -113,9 +144,9 @@ func (a *attributor) peerInode(peer, ours netip.AddrPort) (uint64, error) {
 	case len(live) > 1:
 		return 0, fmt.Errorf("%d sockets from %s to %s in the sandbox's network namespace; refusing to choose", len(live), peer, ours)
 	case len(dead) > 0:
-		return 0, fmt.Errorf("the peer socket %s is no longer held by any process (state %02X)", peer, dead[0].State)
+		return 0, noLongerHeld(peer, dead[0].State)
 	}
-	return 0, fmt.Errorf("no socket from %s to %s in the sandbox's network namespace (the peer has closed, or is not in that namespace)", peer, ours)
+	return 0, noSocket(peer, ours)
 }
 
 func matchingRows(path string, local, remote netip.AddrPort) ([]tcpRow, error) {
@@ -149,18 +180,23 @@ func matchingRows(path string, local, remote netip.AddrPort) ([]tcpRow, error) {
 
 // socketHolder returns the one process in network namespace ns (as
 // readlink /proc/<pid>/ns/net shows it) that holds socket inode, and the
-// fd number under which it does.
+// fd number under which it does. It reads procfs with bare system calls
+// relative to one descriptor of /proc: every process's namespace link is
+// read, and every fd of those in ns (no os.File per directory, no string
+// per link).
 func socketHolder(ns string, inode uint64) (int, string, error) {
-	d, err := os.Open("/proc")
+	proc, err := unix.Open("/proc", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 0, "", fmt.Errorf("listing processes: %w", err)
 	}
-	names, err := d.Readdirnames(-1)
-	d.Close()
+	defer unix.Close(proc)
+	names, err := direntNames(proc)
 	if err != nil {
 		return 0, "", fmt.Errorf("listing processes: %w", err)
 	}
-	want := socketLink(inode)
+	want := []byte(socketLink(inode))
+	nsb := []byte(ns)
+	link := make([]byte, 64) // "net:[…]" and "socket:[…]" fit; longer links do not match
 	type holder struct {
 		pid int
 		fd  string
@@ -172,20 +208,27 @@ func socketHolder(ns string, inode uint64) (int, string, error) {
 		if err != nil || pid <= 0 {
 			continue
 		}
-		if l, err := os.Readlink("/proc/" + name + "/ns/net"); err != nil || l != ns {
+		if n, err := unix.Readlinkat(proc, name+"/ns/net", link); err != nil || !bytes.Equal(link[:n], nsb) {
 			continue
 		}
-		fds, err := readDirNames("/proc/" + name + "/fd")
+		fdDir, err := unix.Openat(proc, name+"/fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			unreadable++
 			continue
 		}
+		fds, err := direntNames(fdDir)
+		if err != nil {
+			unix.Close(fdDir)
+			unreadable++
+			continue
+		}
 		for _, fd := range fds {
-			if l, err := os.Readlink("/proc/" + name + "/fd/" + fd); err == nil && l == want {
+			if n, err := unix.Readlinkat(fdDir, fd, link); err == nil && bytes.Equal(link[:n], want) {
 				holders = append(holders, holder{pid, fd})
 				break
 			}
 		}
+		unix.Close(fdDir)
 	}
 	switch len(holders) {
 	case 0:
@@ -201,13 +244,23 @@ func socketHolder(ns string, inode uint64) (int, string, error) {
 	return 0, "", fmt.Errorf("socket inode %d is shared by pids %v; refusing to choose", inode, pids)
 }
 
-func readDirNames(p string) ([]string, error) {
-	d, err := os.Open(p)
-	if err != nil {
-		return nil, err
+// direntNames lists directory fd (without "." and "..").
+func direntNames(fd int) ([]string, error) {
+	buf := make([]byte, 16<<10)
+	var names []string
+	for {
+		n, err := unix.ReadDirent(fd, buf)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n <= 0 {
+			return names, nil
+		}
+		_, _, names = unix.ParseDirent(buf[:n], -1, names)
 	}
-	defer d.Close()
-	return d.Readdirnames(-1)
 }
 
 // exeSHA256 hashes the file that pid executes, through /proc/<pid>/exe.

@@ -21,7 +21,7 @@ import (
 // to the address given, then waits until the connection is closed.
 var clientHelper = reexectest.Helper("attrib-client", runChild)
 
-func TestMain(m *testing.M) { reexectest.Main(m, clientHelper) }
+func TestMain(m *testing.M) { reexectest.Main(m, clientHelper, netnsPair) }
 
 func runChild(args []string) int {
 	if len(args) != 1 {
@@ -206,4 +206,34 @@ func BenchmarkAttribute(b *testing.B) {
 			b.Fatalf("got %+v", got)
 		}
 	}
+}
+
+// BenchmarkPeerLookup compares the two ways to find the peer's socket, in
+// one run: the sock_diag lookup of the 4-tuple and the table read.
+func BenchmarkPeerLookup(b *testing.B) {
+	ln := listen(b, "tcp", "127.0.0.1:0")
+	cl, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	cl.Write([]byte("x"))
+	acceptOne(b, ln)
+	local, remote := ends(cl)
+	ns := ownNetns(b)
+	a := &attributor{netnsPID: os.Getpid()}
+	b.Run("sock_diag", func(b *testing.B) {
+		for b.Loop() {
+			if r, err := diagPeer(os.Getpid(), ns, local, remote); err != nil || r.Inode == 0 {
+				b.Fatal(r, err)
+			}
+		}
+	})
+	b.Run("table", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := a.tablePeerInode(local, remote); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
