@@ -2,14 +2,8 @@ package audit
 
 import (
 	"bytes"
-	"crypto/ed25519"
-	"encoding/base64"
-	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/moat-sandbox/moat/confirmation"
 )
@@ -31,31 +25,7 @@ func approvalRecords() []Record {
 // a substitution and the decision it caused, with the key and clock
 // pinned (doc.go shows them).
 func Example_approvalRequested() {
-	tmp, _ := os.MkdirTemp("", "audit-example-")
-	defer os.RemoveAll(tmp)
-	dir := filepath.Join(tmp, "run")
-	os.Mkdir(dir, 0o700)
-	priv := ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)) // example only
-	clock := time.Date(2026, 12, 1, 2, 0, 0, 0, time.UTC)
-	w, err := create(dir, "run-1", priv, func() time.Time { return clock })
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer w.Close()
-	w.Append(RunStarted{PolicySHA256: strings.Repeat("a", 64), Backend: "native", BinarySHA256: strings.Repeat("b", 64), PublicKey: string(w.PublicKeyPEM())})
-	w.Append(sampleRecords()[0])
-	for _, r := range approvalRecords() {
-		line, err := w.Append(r)
-		if err != nil {
-			fmt.Println(err)
-			return
-		}
-		b64 := strings.TrimPrefix(string(line), `{"payloadType":"application/vnd.moat.audit.v1+json","payload":"`)
-		b64, _, _ = strings.Cut(b64, `"`)
-		p, _ := base64.StdEncoding.DecodeString(b64)
-		fmt.Println(string(p))
-	}
+	printPayloads(approvalRecords()...)
 	// Output:
 	// {"approval_id":"moatapr_000000000000000000000001","name":"claude-x","prev":"55898897234ad4da482306cdb6528b39c2917bfbe7a2093e933803a43f7ee49b","principal":{"attribution":{"executable":"/usr/bin/python3","pid":4242,"sha256":"cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc","status":"resolved"},"run":"run-1","sandbox":"dev"},"request_bytes":120,"request_id":"moatreq_000000000000000000000002","request_sha256":"dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd","road":"inference","run":"run-1","seq":3,"target":"anthropic","time":"2026-12-01T02:00:00Z","timeout_ms":300000,"type":"approval.requested","v":1}
 	// {"approval_id":"moatapr_000000000000000000000001","approver":"uid 1000 pid 77","detail":"the digest given is not the held request's","presented_sha256":"eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee","prev":"90624a2ca79be62979fcc34d115df41252411afd227ef73086dd0fc35ff49dd4","reason":"digest_mismatch","request_sha256":"dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd","run":"run-1","seq":4,"time":"2026-12-01T02:00:00Z","type":"approval.substitution","v":1}
@@ -66,33 +36,7 @@ func Example_approvalRequested() {
 // journal (the verifier re-encodes it), audit show describes it, the
 // timeline marks a substitution and no other approval record.
 func TestApprovalRecords(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "run")
-	w, err := Create(dir, "run-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Append(RunStarted{PolicySHA256: strings.Repeat("a", 64), Backend: "native", BinarySHA256: strings.Repeat("b", 64), PublicKey: string(w.PublicKeyPEM())})
-	w.Append(sampleRecords()[0])
-	for _, r := range approvalRecords() {
-		if _, err := w.Append(r); err != nil {
-			t.Fatalf("%T: %v", r, err)
-		}
-	}
-	w.Close()
-	journal, err := os.ReadFile(w.JournalPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := bytes.Split(bytes.TrimSuffix(journal, []byte("\n")), []byte("\n"))
-	for i, r := range approvalRecords() {
-		e, err := ParseLine(lines[2+i])
-		if err != nil {
-			t.Fatalf("line %d: %v", 3+i, err)
-		}
-		if fmt.Sprint(e.Record) != fmt.Sprint(r) {
-			t.Errorf("line %d: got %+v, want %+v", 3+i, e.Record, r)
-		}
-	}
+	journal := checkRecords(t, recordsCase{records: approvalRecords()}).journal
 	want := []string{
 		`approval=moatapr_000000000000000000000001 id=moatreq_000000000000000000000002 road=inference target="anthropic" name="claude-x" request=dddddddddddd bytes=120 timeout_ms=300000 run=run-1 sandbox=dev pid=4242 exe=/usr/bin/python3`,
 		`approval=moatapr_000000000000000000000001 reason=digest_mismatch request=dddddddddddd presented=eeeeeeeeeeee approver="uid 1000 pid 77" detail=`,

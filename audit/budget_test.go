@@ -10,11 +10,7 @@ func TestBudgetUpdatedRoundTrip(t *testing.T) {
 	w, _ := newTestWriter(t)
 	rec := BudgetUpdated{RequestID: "moatreq_000000000000000000000001", Outcome: BudgetKept, ReservedTokens: 64, ChargedTokens: 64,
 		Accounts: []BudgetBalance{{Account: "child", Requests: 1, Tokens: 64}, {Account: "parent", Requests: 3, MaxRequests: 8, Tokens: 100, MaxTokens: 512}}}
-	for _, r := range []Record{runStarted(w), sampleRecords()[0], rec} {
-		if _, err := w.Append(r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	appendAll(t, w, runStarted(w), sampleRecords()[0], rec)
 	raw, err := os.ReadFile(w.JournalPath())
 	if err != nil {
 		t.Fatal(err)

@@ -2,9 +2,6 @@ package audit
 
 import (
 	"bytes"
-	"crypto/ed25519"
-	"encoding/json"
-	"reflect"
 	"strings"
 	"testing"
 )
@@ -28,57 +25,14 @@ func egressRecords() []Record {
 // that order) and count in no member of run.terminated; the timeline
 // marks refusals.
 func TestEgressRecords(t *testing.T) {
-	w, priv := newTestWriter(t)
-	all := append([]Record{runStarted(w), sampleRecords()[0]}, egressRecords()...)
-	all = append(all, RunTerminated{Reason: ReasonCompleted})
-	var lines [][]byte
-	for _, r := range all {
-		line, err := w.Append(r)
-		if err != nil {
-			t.Fatalf("Append %s: %v", r.RecordType(), err)
-		}
-		lines = append(lines, line)
-	}
-	j := joinLines(lines)
-	res := Verify(j, priv.Public().(ed25519.PublicKey))
-	if res.Status != Complete {
-		t.Fatalf("got %v (%v), want complete", res.Status, res.Err)
-	}
-	if res.Terminal == nil || res.Terminal.Counts != (Counts{}) {
-		t.Errorf("egress records counted: %+v", res.Terminal)
-	}
-	members := map[string]string{
-		TypeEgressOpened:  "address,attribution,grant,host,port,sni,tunnel_id",
-		TypeEgressClosed:  "bytes_to_host,bytes_to_workload,duration_ms,reason,tunnel_id",
-		TypeEgressRefused: "attribution,detail,host,port,reason,tunnel_id",
-	}
-	for i, want := range all[2 : len(all)-1] {
-		e, err := ParseLine(lines[i+2])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(e.Record, want) {
-			t.Errorf("line %d: got %#v, want %#v", i+3, e.Record, want)
-		}
-		var m map[string]json.RawMessage
-		if err := json.Unmarshal(e.Payload, &m); err != nil {
-			t.Fatal(err)
-		}
-		var keys []string
-		for k := range m {
-			switch k {
-			case "v", "run", "seq", "prev", "time", "type":
-				continue
-			}
-			keys = append(keys, k)
-		}
-		got := strings.Join(sortedStrings(keys), ",")
-		if i == 0 || i == 2 || i == 3 { // the records without their omitempty members
-			if got != members[want.RecordType()] {
-				t.Errorf("%s members %s, want %s", want.RecordType(), got, members[want.RecordType()])
-			}
-		}
-	}
+	j := checkRecords(t, recordsCase{
+		records: egressRecords(),
+		members: map[int]string{ // the records without their omitempty members
+			0: "attribution,detail,host,port,reason,tunnel_id",
+			2: "address,attribution,grant,host,port,sni,tunnel_id",
+			3: "bytes_to_host,bytes_to_workload,duration_ms,reason,tunnel_id",
+		},
+	}).journal
 	var tl bytes.Buffer
 	WriteTimeline(&tl, j)
 	out := tl.String()
@@ -100,13 +54,4 @@ func TestEgressRecords(t *testing.T) {
 	if _, err := recordTypes[TypeEgressClosed]([]byte(`{"tunnel_id":"x","bytes_to_host":1,"bytes_to_workload":1,"duration_ms":1,"reason":"closed","extra":1}`)); err == nil {
 		t.Error("egress.closed with an unknown member decoded")
 	}
-}
-
-func sortedStrings(s []string) []string {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
-	return s
 }

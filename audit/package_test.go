@@ -3,7 +3,6 @@ package audit
 import (
 	"bytes"
 	"crypto/ed25519"
-	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
@@ -27,59 +26,19 @@ func TestPackageRecords(t *testing.T) {
 		PackageRefused{RequestID: "moatreq_000000000000000000000004", Method: "PUT", Reason: "method_not_allowed", Detail: "publish", Attribution: attr},
 		PackageFailed{RequestID: "moatreq_000000000000000000000005", Reason: "upstream_error", Detail: "refused"},
 	}
-	w, priv := newTestWriter(t)
-	all := append([]Record{runStarted(w), sampleRecords()[0]}, recs...)
-	all = append(all, RunTerminated{Reason: ReasonCompleted})
-	var lines [][]byte
-	for _, r := range all {
-		line, err := w.Append(r)
-		if err != nil {
-			t.Fatalf("Append %s: %v", r.RecordType(), err)
-		}
-		lines = append(lines, line)
-	}
-	j := joinLines(lines)
-	res := Verify(j, priv.Public().(ed25519.PublicKey))
-	if res.Status != Complete {
-		t.Fatalf("got %v (%v), want complete", res.Status, res.Err)
-	}
-	if res.Terminal == nil || res.Terminal.Counts != (Counts{}) {
-		t.Errorf("package records counted: %+v", res.Terminal)
-	}
-	members := map[int]string{
-		0: "kind,path,pins,sha256,trust",
-		1: "artifact,attribution,expected,kind,lockfile,name,path,request_id,version",
-		2: "detail,got,reason,request_id,status",
-		3: "artifact,attribution,kind,name,path,request_id",
-		4: "body_bytes,body_sha256,request_id,status",
-		5: "attribution,detail,kind,method,name,reason,request_id",
-		6: "attribution,detail,method,reason,request_id",
-		7: "detail,reason,request_id",
-	}
-	for i, want := range recs {
-		e, err := ParseLine(lines[i+2])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(e.Record, want) {
-			t.Errorf("line %d: got %#v, want %#v", i+3, e.Record, want)
-		}
-		var m map[string]json.RawMessage
-		if err := json.Unmarshal(e.Payload, &m); err != nil {
-			t.Fatal(err)
-		}
-		var keys []string
-		for k := range m {
-			switch k {
-			case "v", "run", "seq", "prev", "time", "type":
-				continue
-			}
-			keys = append(keys, k)
-		}
-		if got := strings.Join(sortedStrings(keys), ","); got != members[i] {
-			t.Errorf("%s members %s, want %s", want.RecordType(), got, members[i])
-		}
-	}
+	j := checkRecords(t, recordsCase{
+		records: recs,
+		members: map[int]string{
+			0: "kind,path,pins,sha256,trust",
+			1: "artifact,attribution,expected,kind,lockfile,name,path,request_id,version",
+			2: "detail,got,reason,request_id,status",
+			3: "artifact,attribution,kind,name,path,request_id",
+			4: "body_bytes,body_sha256,request_id,status",
+			5: "attribution,detail,kind,method,name,reason,request_id",
+			6: "attribution,detail,method,reason,request_id",
+			7: "detail,reason,request_id",
+		},
+	}).journal
 	var tl bytes.Buffer
 	WriteTimeline(&tl, j)
 	out := tl.String()
@@ -115,18 +74,11 @@ func TestLockfileDigests(t *testing.T) {
 	change := func(old, now string) []PackageLockfileChange {
 		return []PackageLockfileChange{{Kind: "npm", Path: lock, OldSHA256: old, SHA256: now, Pins: 4, Trust: "pinned"}}
 	}
-	var lines [][]byte
-	for _, r := range []Record{rs, sampleRecords()[0],
+	lines := appendAll(t, w, rs, sampleRecords()[0],
 		PackageReload{Requester: "uid 0 pid 7", Outcome: ReloadRefused, Lockfiles: change(a, c), Reason: "lockfile_untrusted", Detail: "edited"},
 		PackageReload{Requester: "uid 0 pid 8", Outcome: ReloadApplied, Lockfiles: change(a, b)},
 		PackageReload{Requester: "uid 0 pid 9", Outcome: ReloadApplied, Lockfiles: change(b, b)},
-	} {
-		line, err := w.Append(r)
-		if err != nil {
-			t.Fatalf("Append %s: %v", r.RecordType(), err)
-		}
-		lines = append(lines, line)
-	}
+	)
 	// Refused by the writer: the old digest is no longer in force (the
 	// positive control is the applied reload from b just above), an
 	// applied reload without its new digest, a lockfile not in force, a

@@ -2,15 +2,8 @@ package audit
 
 import (
 	"bytes"
-	"crypto/ed25519"
-	"encoding/base64"
-	"fmt"
-	"os"
-	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
-	"time"
 )
 
 // serviceRecords are one of each service record, after boundary.confirmed.
@@ -35,34 +28,8 @@ func serviceRecords() []Record {
 // run.terminated (a run without them is what it was). A service record
 // with a member its type does not have is refused.
 func TestServiceRecordsVerify(t *testing.T) {
-	w, priv := newTestWriter(t)
-	all := append([]Record{runStarted(w), sampleRecords()[0]}, serviceRecords()...)
-	all = append(all, RunTerminated{Reason: ReasonCompleted})
-	var lines [][]byte
-	for _, r := range all {
-		line, err := w.Append(r)
-		if err != nil {
-			t.Fatalf("Append %s: %v", r.RecordType(), err)
-		}
-		lines = append(lines, line)
-	}
-	pub := priv.Public().(ed25519.PublicKey)
-	res := Verify(joinLines(lines), pub)
-	if res.Status != Complete {
-		t.Fatalf("got %v (%v), want complete", res.Status, res.Err)
-	}
-	for i, want := range all[2 : len(all)-1] {
-		e, err := ParseLine(lines[i+2])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(e.Record, want) {
-			t.Errorf("line %d: got %#v, want %#v", i+3, e.Record, want)
-		}
-	}
-	if res.Terminal == nil || res.Terminal.Counts != (Counts{}) {
-		t.Fatalf("counts %+v, want zero", res.Terminal)
-	}
+	j := checkRecords(t, recordsCase{records: serviceRecords()})
+	lines, priv, pub := j.lines, j.priv, j.pub
 	bad := joinLines(replaceLine(lines, 3, resign(t, priv, lines[3], func(m map[string]any) { m["url"] = "https://x" })))
 	if r := Verify(bad, pub); r.Status != Invalid {
 		t.Fatalf("service.requested with an unknown member: got %v (%v), want invalid", r.Status, r.Err)
@@ -73,27 +40,7 @@ func TestServiceRecordsVerify(t *testing.T) {
 // gzip body) and service.failed as the writer makes them (pinned key and
 // clock).
 func Example_serviceRequested() {
-	tmp, _ := os.MkdirTemp("", "audit-example-")
-	defer os.RemoveAll(tmp)
-	dir := filepath.Join(tmp, "run")
-	os.Mkdir(dir, 0o700)
-	priv := ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)) // example only
-	clock := time.Date(2026, 12, 1, 2, 0, 0, 0, time.UTC)
-	w, err := create(dir, "run-1", priv, func() time.Time { return clock })
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer w.Close()
-	w.Append(RunStarted{PolicySHA256: strings.Repeat("a", 64), Backend: "native", BinarySHA256: strings.Repeat("b", 64), PublicKey: string(w.PublicKeyPEM())})
-	w.Append(sampleRecords()[0])
-	for _, r := range serviceRecords()[1:] {
-		line, _ := w.Append(r)
-		b64 := strings.TrimPrefix(string(line), `{"payloadType":"application/vnd.moat.audit.v1+json","payload":"`)
-		b64, _, _ = strings.Cut(b64, `"`)
-		p, _ := base64.StdEncoding.DecodeString(b64)
-		fmt.Println(string(p))
-	}
+	printPayloads(serviceRecords()[1:]...)
 	// Output:
 	// {"attribution":{"executable":"/usr/bin/git","pid":4242,"sha256":"cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc","status":"resolved"},"body_bytes":0,"body_sha256":"eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee","headers_sha256":"dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd","method":"GET","path":"/owner/repo.git/info/refs","prev":"55898897234ad4da482306cdb6528b39c2917bfbe7a2093e933803a43f7ee49b","query":"service=git-upload-pack","request_id":"moatreq_000000000000000000000002","run":"run-1","seq":3,"service":"github","time":"2026-12-01T02:00:00Z","type":"service.requested","v":1}
 	// {"body_bytes":11342,"body_sha256":"ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff","prev":"e035e0075a857da207c35800c8b1af873f918f9235b90e30271957f8a8c6cdc1","request_id":"moatreq_000000000000000000000002","run":"run-1","seq":4,"status":200,"time":"2026-12-01T02:00:00Z","type":"service.completed","v":1}
@@ -116,17 +63,8 @@ func TestServiceDescribe(t *testing.T) {
 			t.Errorf("%s: got %s, want prefix %s", r.RecordType(), got, want[i])
 		}
 	}
-	w, _ := newTestWriter(t)
-	var j [][]byte
-	for _, r := range append([]Record{runStarted(w), sampleRecords()[0]}, serviceRecords()...) {
-		line, err := w.Append(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		j = append(j, line)
-	}
 	var out bytes.Buffer
-	WriteTimeline(&out, joinLines(j))
+	WriteTimeline(&out, checkRecords(t, recordsCase{records: serviceRecords()}).journal)
 	if n := strings.Count(out.String(), "!! "); n != 2 || !strings.Contains(out.String(), "REFUSED service.refused") || !strings.Contains(out.String(), "FAILED service.failed") {
 		t.Errorf("timeline marks %d lines, want the refusal and the failure:\n%s", n, out.String())
 	}

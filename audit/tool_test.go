@@ -1,16 +1,9 @@
 package audit
 
 import (
-	"crypto/ed25519"
-	"encoding/base64"
 	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
-	"time"
 )
 
 // toolRecords are one of each tool record, after boundary.confirmed.
@@ -31,35 +24,9 @@ func toolRecords() []Record {
 // TestToolRecordsVerify: tool records sign, verify complete, and decode
 // back to what was written; run.terminated's counts.tools counts them.
 func TestToolRecordsVerify(t *testing.T) {
-	w, priv := newTestWriter(t)
-	all := append([]Record{runStarted(w), sampleRecords()[0]}, toolRecords()...)
-	all = append(all, RunTerminated{Reason: ReasonCompleted})
-	var lines [][]byte
-	for _, r := range all {
-		line, err := w.Append(r)
-		if err != nil {
-			t.Fatalf("Append %s: %v", r.RecordType(), err)
-		}
-		lines = append(lines, line)
-	}
-	j := joinLines(lines)
-	res := Verify(j, priv.Public().(ed25519.PublicKey))
-	if res.Status != Complete {
-		t.Fatalf("got %v (%v), want complete", res.Status, res.Err)
-	}
-	for i, want := range all[2 : len(all)-1] {
-		e, err := ParseLine(lines[i+2])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(e.Record, want) {
-			t.Errorf("line %d: got %#v, want %#v", i+3, e.Record, want)
-		}
-	}
-	want := Counts{Tools: ToolCounts{Requested: 2, Completed: 1, Refused: 1, Failed: 1}}
-	if res.Terminal == nil || res.Terminal.Counts != want || w.Counts() != want {
-		t.Fatalf("counts: terminal %+v, writer %+v, want %+v", res.Terminal, w.Counts(), want)
-	}
+	j := checkRecords(t, recordsCase{records: toolRecords(),
+		counts: Counts{Tools: ToolCounts{Requested: 2, Completed: 1, Refused: 1, Failed: 1}}})
+	lines, priv := j.lines, j.priv
 	n := len(lines)
 	if !strings.Contains(string(mustPayload(t, lines[n-1])), `"counts":{"completed":0,"failed":0,"processes":0,"refused":0,"requested":0,"tools":{"completed":1,"failed":1,"refused":1,"requested":2}}`) {
 		t.Errorf("run.terminated: %s", mustPayload(t, lines[n-1]))
@@ -72,14 +39,14 @@ func TestToolRecordsVerify(t *testing.T) {
 		"tool count gone": func(m map[string]any) { delete(m["counts"].(map[string]any)["tools"].(map[string]any), "failed") },
 	} {
 		bad := joinLines(replaceLine(lines, n-1, resign(t, priv, lines[n-1], edit)))
-		if r := Verify(bad, priv.Public().(ed25519.PublicKey)); r.Status != Invalid || !(errors.Is(r.Err, ErrCounts) || errors.Is(r.Err, ErrBadRecord)) {
+		if r := Verify(bad, j.pub); r.Status != Invalid || !(errors.Is(r.Err, ErrCounts) || errors.Is(r.Err, ErrBadRecord)) {
 			t.Errorf("%s: got %v (%v), want invalid", name, r.Status, r.Err)
 		}
 	}
 	// Control: a tool.requested line with a member the type does not have
 	// is refused, signed or not.
 	bad := signLine(priv, []byte(`{"arguments_bytes":2,"arguments_sha256":"`+strings.Repeat("f", 64)+`","attribution":{"status":"unavailable"},"call_id":"x","extra":1,"prev":"`+strings.Repeat("0", 64)+`","run":"r","seq":1,"server":"s","time":"2026-11-29T08:30:00Z","tool":"t","type":"tool.requested","v":1}`))
-	if _, err := VerifyLine(bad, priv.Public().(ed25519.PublicKey)); !errors.Is(err, ErrBadRecord) {
+	if _, err := VerifyLine(bad, j.pub); !errors.Is(err, ErrBadRecord) {
 		t.Errorf("unknown member: got %v, want ErrBadRecord", err)
 	}
 }
@@ -88,19 +55,8 @@ func TestToolRecordsVerify(t *testing.T) {
 // counts.tools (its journal is what it was before tools existed), and an
 // explicit zero tools member is not the writer's form.
 func TestNoToolCountsWithoutTools(t *testing.T) {
-	w, priv := newTestWriter(t)
-	var lines [][]byte
-	for _, r := range []Record{runStarted(w), sampleRecords()[0], RunTerminated{Reason: ReasonCompleted}} {
-		line, err := w.Append(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines = append(lines, line)
-	}
-	pub := priv.Public().(ed25519.PublicKey)
-	if r := Verify(joinLines(lines), pub); r.Status != Complete {
-		t.Fatalf("got %v (%v)", r.Status, r.Err)
-	}
+	j := checkRecords(t, recordsCase{})
+	lines, priv, pub := j.lines, j.priv, j.pub
 	if p := mustPayload(t, lines[2]); strings.Contains(string(p), "tools") {
 		t.Fatalf("run.terminated of a run without tools: %s", p)
 	}
@@ -125,27 +81,7 @@ func mustPayload(t *testing.T, line []byte) []byte {
 // Example_toolRequested prints the payload of a tool.requested record as
 // the writer makes it (pinned key and clock).
 func Example_toolRequested() {
-	tmp, _ := os.MkdirTemp("", "audit-example-")
-	defer os.RemoveAll(tmp)
-	dir := filepath.Join(tmp, "run")
-	os.Mkdir(dir, 0o700)
-	priv := ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)) // example only
-	clock := time.Date(2026, 12, 1, 2, 0, 0, 0, time.UTC)
-	w, err := create(dir, "run-1", priv, func() time.Time { return clock })
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer w.Close()
-	w.Append(RunStarted{PolicySHA256: strings.Repeat("a", 64), Backend: "native", BinarySHA256: strings.Repeat("b", 64), PublicKey: string(w.PublicKeyPEM())})
-	w.Append(sampleRecords()[0])
-	for _, r := range toolRecords()[1:3] {
-		line, _ := w.Append(r)
-		b64 := strings.TrimPrefix(string(line), `{"payloadType":"application/vnd.moat.audit.v1+json","payload":"`)
-		b64, _, _ = strings.Cut(b64, `"`)
-		p, _ := base64.StdEncoding.DecodeString(b64)
-		fmt.Println(string(p))
-	}
+	printPayloads(toolRecords()[1:3]...)
 	// Output:
 	// {"arguments_bytes":13,"arguments_sha256":"dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd","attribution":{"executable":"/usr/bin/python3","pid":4242,"sha256":"cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc","status":"resolved"},"call_id":"moatcall_000000000000000000000002","prev":"55898897234ad4da482306cdb6528b39c2917bfbe7a2093e933803a43f7ee49b","run":"run-1","seq":3,"server":"calc","time":"2026-12-01T02:00:00Z","tool":"add","type":"tool.requested","v":1}
 	// {"call_id":"moatcall_000000000000000000000002","is_error":false,"prev":"89dae48fdee0a7e1c2c4d54079741d747024aa65f453472b9052d4fc31dbbaf3","result_bytes":52,"result_sha256":"eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee","run":"run-1","seq":4,"time":"2026-12-01T02:00:00Z","type":"tool.completed","v":1}
@@ -172,36 +108,16 @@ func TestToolDescribe(t *testing.T) {
 // decodes back, renders, and is not a tool call: run.terminated has no
 // counts.tools for it. A not-ready one carries its reason.
 func TestToolServerConfirmed(t *testing.T) {
-	w, priv := newTestWriter(t)
 	bc := sampleRecords()[0].(BoundaryConfirmed)
-	recs := []Record{runStarted(w), bc,
+	recs := []Record{
 		ToolServerConfirmed{Server: "calc", Ready: true, Properties: bc.Properties, Checks: bc.Checks},
 		ToolServerConfirmed{Server: "files", Ready: false, Properties: bc.Properties, Reason: "network: a host address was reachable"},
-		RunTerminated{Reason: ReasonRefused, ExitCode: 125}}
-	var lines [][]byte
-	for _, r := range recs {
-		line, err := w.Append(r)
-		if err != nil {
-			t.Fatalf("Append %s: %v", r.RecordType(), err)
-		}
-		lines = append(lines, line)
 	}
-	if r := Verify(joinLines(lines), priv.Public().(ed25519.PublicKey)); r.Status != Complete || r.Terminal.Counts != (Counts{}) {
-		t.Fatalf("got %v (%v), counts %+v", r.Status, r.Err, r.Terminal)
-	}
-	for i := 2; i <= 3; i++ {
-		e, err := ParseLine(lines[i])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(e.Record, recs[i]) {
-			t.Errorf("line %d: got %#v, want %#v", i+1, e.Record, recs[i])
-		}
-	}
-	if d := Describe(recs[2]); !strings.HasPrefix(d, `server="calc" ready=true `) {
+	checkRecords(t, recordsCase{records: recs, end: RunTerminated{Reason: ReasonRefused, ExitCode: 125}})
+	if d := Describe(recs[0]); !strings.HasPrefix(d, `server="calc" ready=true `) {
 		t.Errorf("Describe: %s", d)
 	}
-	if d := Describe(recs[3]); !strings.Contains(d, `ready=false`) || !strings.Contains(d, `reason="network: a host address was reachable"`) {
+	if d := Describe(recs[1]); !strings.Contains(d, `ready=false`) || !strings.Contains(d, `reason="network: a host address was reachable"`) {
 		t.Errorf("Describe: %s", d)
 	}
 	// Control: where boundary.confirmed belongs (line 2) it is refused.
