@@ -78,9 +78,10 @@
 // named in Config.SetuidProbes does not change the euid. Control: the
 // helper can fork and execute itself.
 //
-// request_attribution: the helper's broker connection (made first, while
-// no other probe runs, so that no forked child shares its socket) is
-// attributed by the
+// request_attribution: the helper's broker connection (made while no
+// probe that forks runs, so that no forked child shares its socket; the
+// exec control's child was started before it, and the probes that fork
+// run one at a time after it) is attributed by the
 // sandbox's Attributor to the helper's host pid and to the sha256 of the
 // moat binary. A backend that declares attribution unavailable gets the
 // property marked Unavailable with its reason (the check is still run and

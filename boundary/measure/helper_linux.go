@@ -52,8 +52,8 @@ func Main(args []string) int {
 	results := make([]result, len(pl.Probes))
 	// The exec control's child is started before the broker connection
 	// exists (its fork cannot hold a copy of that socket), so that its
-	// start-up, a Go runtime's, overlaps the host's attribution; it is
-	// judged with the other probes.
+	// start-up, a Go runtime's, overlaps everything else; it is judged
+	// when it has answered.
 	started := map[int]func() (string, string){}
 	for i, p := range pl.Probes {
 		if p.Op == opExec {
@@ -71,29 +71,7 @@ func Main(args []string) int {
 		}
 		results[i] = result{ID: p.ID, Outcome: outcome, Detail: truncate(detail)}
 	}
-	// The broker connection goes first, alone: while the host attributes
-	// it, no child may be mid-fork holding a copy of the socket (that
-	// would make the attribution ambiguous, and rightly refused).
-	for i, p := range pl.Probes {
-		if p.Op == opTCPBroker {
-			run(i, p)
-		}
-	}
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, probeWorkers)
-	for i, p := range pl.Probes {
-		if p.Op == opTCPBroker {
-			continue
-		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			run(i, p)
-		}()
-	}
-	wg.Wait()
+	schedule(pl.Probes, func(i int) bool { _, ok := started[i]; return ok }, func(i int) { run(i, pl.Probes[i]) })
 	b, err := json.Marshal(report{V: 1, Results: results})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "moat: %s: BUG: encoding report: %v\n", Helper, err)
@@ -108,6 +86,66 @@ func Main(args []string) int {
 	// first would leave the attribution control nothing to compare with.
 	io.Copy(io.Discard, io.LimitReader(os.Stdin, maxStdinBytes))
 	return 0
+}
+
+// schedule runs run(i) once for every probe i and returns when all have
+// returned. The broker connection is made while no probe that forks runs:
+// while the host attributes it, no child may be mid-fork holding a copy
+// of the socket (that would make the attribution ambiguous, and rightly
+// refused). The probes that fork then run one at a time, after it: the
+// children of one never count against another's fork (pids.max,
+// RLIMIT_NPROC), as when every probe ran in turn. The other probes
+// neither fork nor share a limit that one of them could exhaust for
+// another (a handful of fds each, against RLIMIT_NOFILE), and run beside
+// both, probeWorkers at a time; a probe whose child is already running
+// (waiting reports whether i is one) is waited for without a worker.
+func schedule(probes []probe, waiting func(i int) bool, run func(i int)) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i, p := range probes {
+			if p.Op == opTCPBroker {
+				run(i)
+			}
+		}
+		for i, p := range probes {
+			if forks(p.Op) {
+				run(i)
+			}
+		}
+	}()
+	sem := make(chan struct{}, probeWorkers)
+	for i, p := range probes {
+		if p.Op == opTCPBroker || forks(p.Op) {
+			continue
+		}
+		wg.Add(1)
+		if waiting(i) {
+			go func() {
+				defer wg.Done()
+				run(i)
+			}()
+			continue
+		}
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			run(i)
+		}()
+	}
+	wg.Wait()
+}
+
+// forks reports whether a probe of operation op starts a child process
+// (the exec control's child was started before any probe).
+func forks(op string) bool {
+	switch op {
+	case opUnshare, opCloneUser, opSetuid:
+		return true
+	}
+	return false
 }
 
 // maxStdinBytes bounds what the helper reads of stdin while it waits.

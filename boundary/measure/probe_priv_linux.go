@@ -184,11 +184,22 @@ func probeNewUserNS(viaClone bool) (string, string) {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWUSER}
 	}
 	if err := cmd.Start(); err != nil {
+		if outOfProcesses(err) {
+			return OutcomeError, how + ": " + err.Error() + " (no child could be made: that says nothing of user namespaces)"
+		}
 		return OutcomeFailed, how + ": " + err.Error()
 	}
 	cmd.Process.Kill()
 	cmd.Wait()
 	return OutcomeSucceeded, how + " succeeded: a child ran in a new user namespace"
+}
+
+// outOfProcesses reports whether starting a child failed for want of a
+// process (pids.max, RLIMIT_NPROC: EAGAIN) or of memory, not because the
+// sandbox refused what the child was to do: such a failure is no evidence
+// that a violation was stopped.
+func outOfProcesses(err error) bool {
+	return errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.ENOMEM)
 }
 
 func probeExecSelf() (string, string) { return startExecSelf()() }
@@ -219,6 +230,9 @@ func probeSetuid(path string) (string, string) {
 	}
 	mode := fmt.Sprintf("mode %v", st.Mode())
 	out, err := runChild(selfCommand(path, argIDs))
+	if err != nil && outOfProcesses(err) {
+		return OutcomeError, mode + ", no child could be made (that says nothing of the setuid bit): " + err.Error()
+	}
 	if err != nil {
 		return OutcomeFailed, mode + ", exec failed: " + err.Error()
 	}
