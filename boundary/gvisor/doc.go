@@ -6,11 +6,12 @@
 //	supervisor (moat) ── locked OS thread, Pdeathsig ──▶ __moat-gvisor-init
 //	    new PID, network and mount namespaces; only `lo`, up; the broker's
 //	    listener is made here and handed to the supervisor (SCM_RIGHTS)
-//	    └─ runsc --network=host run    (container init: the pause, behind
-//	       __moat-gvisor-stage, which installs moat's seccomp filter)
-//	         └─ measurement, workload, exec: forked by the pause, asked
-//	            over a socket runsc passes it (--pass-fd); they inherit
-//	            the pause's filter, uid, empty capabilities and
+//	    └─ runsc --network=host run
+//	       container init: __moat-gvisor-stage, which installs moat's
+//	       seccomp filter on its thread and runs the pause there
+//	         └─ measurement, workload, exec: forked by the pause from that
+//	            thread, asked over a socket runsc passes it (--pass-fd);
+//	            they inherit the filter, the uid, empty capabilities and
 //	            noNewPrivileges (pause_linux.go)
 //	    └─ runsc exec --process P.json (a process with a terminal only),
 //	       behind the stage
@@ -26,8 +27,9 @@
 // fix). Inside, id -u therefore shows that uid, not process.uid. It runs
 // with every capability set
 // empty, noNewPrivileges, and package seccomp's filter (the native
-// backend's), which the stage installs in front of every process and the
-// sentry enforces. The spec carries no filter of its own: runsc applies one
+// backend's), which the stage installs on the container's init (the pause
+// forks every process from that thread, so each inherits it) and in front
+// of every `runsc exec`, and the sentry enforces. The spec carries no filter of its own: runsc applies one
 // to the container's init only, never to what `runsc exec` starts. Only
 // the policy's grants are mounted;
 // the root is an empty read-only directory.

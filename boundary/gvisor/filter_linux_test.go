@@ -10,11 +10,13 @@ import (
 )
 
 // Every process moat starts in the sentry runs behind package seccomp's
-// filter: the container's pause (pid 1 inside) and the workload alike.
-// The spec carries no filter of its own (runsc would apply it to the
-// pause only). The workload's own line is the control: a reading of
-// /proc that showed no filter would show it for both. (The stage execs
-// the pause: pid 1's command line is the pause's.)
+// filter: the workload, which the pause forked from the thread the stage
+// installed the filter on (pid 1 inside: the stage's process running the
+// pause, so its command line is the stage's with the pause's after it),
+// and a thread of pid 1, that one. The spec carries no filter of its own
+// (runsc would apply it to the pause only). The workload's own line is
+// the control: a reading of /proc that showed no filter would show it
+// for both.
 func TestRootGVisorEveryProcessFiltered(t *testing.T) {
 	needRunsc(t)
 	pol, _ := testPolicy(t)
@@ -29,7 +31,7 @@ func TestRootGVisorEveryProcessFiltered(t *testing.T) {
 	defer sb.Terminate()
 	var out bytes.Buffer
 	p, err := sb.Start(context.Background(), boundary.Process{
-		Argv: []string{"/bin/sh", "-c", `for p in 1 self; do printf '%s ' $p; grep '^Seccomp:' /proc/$p/status; done; tr '\0' ' ' < /proc/1/cmdline`},
+		Argv: []string{"/bin/sh", "-c", `printf 'self '; grep '^Seccomp:' /proc/self/status; cat /proc/1/task/*/status | grep -q '^Seccomp:.2$' && echo 'pid 1 has a filtered thread'; tr '\0' ' ' < /proc/1/cmdline`},
 		Env:  []string{"PATH=/usr/bin:/bin"}, Stdout: &out, Stderr: &out,
 	})
 	if err != nil {
@@ -39,7 +41,7 @@ func TestRootGVisorEveryProcessFiltered(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, out.String())
 	}
 	t.Logf("output:\n%s", out.String())
-	for _, want := range []string{"1 Seccomp:\t2\n", "self Seccomp:\t2\n", moatInside + " " + PauseHelper + " "} {
+	for _, want := range []string{"pid 1 has a filtered thread\n", "self Seccomp:\t2\n", moatInside + " " + StageHelper + " -- " + moatInside + " " + PauseHelper + " "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,9 +34,13 @@ const pauseCtlFD = 3
 //     live group is gone) and "error" (ID).
 //
 // What the pause can start is bounded by what it is, not by what it is
-// asked: it runs behind the stage (the container's process is `stage --
-// moat pause`), so moat's seccomp filter is installed on it and every
-// process it forks inherits it (a filter cannot be removed); it has the
+// asked: the container's process is `stage -- moat pause`, and the stage
+// runs the pause in its own process, on the locked thread it installed
+// moat's seccomp filter on (one Go start-up inside the sentry instead of
+// two). The pause forks every process from that thread, which checks
+// that it is in filter mode before each fork, so each inherits the
+// filter (a filter cannot be removed; the pause's other threads, moat's
+// own code, have none, as the stage's never had); it has the
 // workload's uid and gid, no capability and noNewPrivileges, and its
 // children inherit the same. It accepts only a process that names that
 // uid and gid, noNewPrivileges, and the stage's argv prefix, and it
@@ -68,44 +73,39 @@ func PauseMain([]string) int {
 	p := &pause{c: c, byPID: map[int]int{}, byID: map[int]int{}}
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
+	go func() { <-term; os.Exit(0) }()
 	// As the container's init it is the parent of every orphan: it reaps
 	// them, so that a killed leftover does not stay a zombie.
 	chld := make(chan os.Signal, 16)
 	signal.Notify(chld, syscall.SIGCHLD)
 	go p.reap(chld)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			var m msg
-			files, err := c.Recv(&m)
-			if errors.Is(err, initkit.ErrClosed) {
-				return
-			}
-			if err != nil {
-				initkit.CloseFiles(files)
-				continue
-			}
-			switch m.Op {
-			case "exec":
-				p.exec(m, files)
-			case "signal":
-				initkit.CloseFiles(files)
-				p.mu.Lock()
-				if pid := p.byID[m.ID]; pid > 0 && m.Signal > 0 {
-					unix.Kill(pid, syscall.Signal(m.Signal))
-				}
-				p.mu.Unlock()
-			default:
-				initkit.CloseFiles(files)
-			}
+	// The loop, and so every fork, stays on this goroutine's thread: the
+	// one the stage installed the filter on (see StageMain).
+	runtime.LockOSThread()
+	for {
+		var m msg
+		files, err := c.Recv(&m)
+		if errors.Is(err, initkit.ErrClosed) {
+			return 0 // the init is gone: so is the sandbox
 		}
-	}()
-	select {
-	case <-term:
-	case <-done: // the init is gone: so is the sandbox
+		if err != nil {
+			initkit.CloseFiles(files)
+			continue
+		}
+		switch m.Op {
+		case "exec":
+			p.exec(m, files)
+		case "signal":
+			initkit.CloseFiles(files)
+			p.mu.Lock()
+			if pid := p.byID[m.ID]; pid > 0 && m.Signal > 0 {
+				unix.Kill(pid, syscall.Signal(m.Signal))
+			}
+			p.mu.Unlock()
+		default:
+			initkit.CloseFiles(files)
+		}
 	}
-	return 0
 }
 
 type pause struct {
@@ -141,6 +141,12 @@ func (p *pause) exec(m msg, files []*os.File) {
 			refuse(boundary.ExitNotFound, "moat: %s: command not found\n", argv[0])
 			return
 		}
+	}
+	// The child inherits this thread's filter: refuse to fork from a
+	// thread without one (PR_GET_SECCOMP is 2 in filter mode).
+	if mode, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0); err != nil || mode != 2 {
+		p.c.Send(msg{Op: "error", ID: m.ID, Error: fmt.Sprintf("the pause's thread has no seccomp filter (mode %d, %v)", mode, err)})
+		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -3,6 +3,7 @@ package gvisor
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"github.com/moat-sandbox/moat/internal/grants"
@@ -74,9 +75,10 @@ type ociLinux struct {
 	Namespaces  []ociNamespace `json:"namespaces"`
 	// No "seccomp": runsc applies a spec's filter to the container's
 	// init only (the pause process, moat's own code), never to what
-	// `runsc exec` starts. Every process moat starts in the sentry, the
-	// pause included, runs behind the stage (StageMain), which installs
-	// package seccomp's filter, the one filter both backends use.
+	// `runsc exec` starts. The stage (StageMain) installs package
+	// seccomp's filter, the one filter both backends use, on the
+	// container's init, which runs the pause on that thread and forks
+	// every process from it, and in front of every `runsc exec`.
 }
 
 type ociNamespace struct {
@@ -110,6 +112,10 @@ func process(pol *policy.Policy, uid, gid int, args, env []string, cwd string) o
 	return p
 }
 
+// pauseArgs is the container's own process after the stage's prefix:
+// the pause (PauseMain), which the stage runs in its own process.
+var pauseArgs = []string{moatInside, PauseHelper}
+
 // stagedGrant is where the init attaches the i-th grant's tree.
 func stagedGrant(dir string, i int) string { return filepath.Join(dir, strconv.Itoa(i)) }
 
@@ -119,8 +125,8 @@ func stagedGrant(dir string, i int) string { return filepath.Join(dir, strconv.I
 func buildSpec(pol *policy.Policy, uid, gid int, plan *grants.Plan, rootfs, grantsDir, moatExe, cgroupsPath string) (*ociSpec, error) {
 	s := &ociSpec{
 		OCIVersion: "1.0.2",
-		// The pause runs behind the stage too, like every process here.
-		Process:  process(pol, uid, gid, []string{moatInside, StageHelper, "--", moatInside, PauseHelper}, nil, "/"),
+		// The stage installs the filter and runs the pause on that thread.
+		Process:  process(pol, uid, gid, append(slices.Clone(stagePrefix), pauseArgs...), nil, "/"),
 		Root:     ociRoot{Path: rootfs, Readonly: true},
 		Hostname: "moat",
 		Linux: ociLinux{

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -47,6 +48,13 @@ func StageMain(args []string) int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "moat: refused: cannot install the seccomp filter inside gVisor: %v\n", err)
 		return boundary.ExitRefused
+	}
+	if slices.Equal(argv, pauseArgs) {
+		// The container's init: the pause runs in this process, on this
+		// thread (locked for good), which has the filter; it forks every
+		// process from here, so each inherits it. One Go start-up inside
+		// the sentry instead of two.
+		return PauseMain(nil)
 	}
 	path := argv[0]
 	if !strings.Contains(path, "/") {
