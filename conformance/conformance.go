@@ -31,11 +31,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/moat-sandbox/moat/internal/kubeapi/kubeopt"
 )
 
 // Outcome of a scenario. The zero value is invalid.
@@ -103,43 +104,15 @@ type Options struct {
 }
 
 // Kubernetes is what the scenarios' policies need for the kubernetes
-// backend. The workspace and the probe's directory are hostPath grants,
-// so the cluster's node must be this host (as scripts/k8s-cluster's is).
-type Kubernetes struct {
-	Kubeconfig    string // required
-	Image         string // required: holds this moat binary at /usr/local/bin/moat
-	Namespace     string // default "default"
-	RuntimeClass  string // default: the policy's ("gvisor")
-	BrokerAddress string // default: the single node's InternalIP
-}
-
-func (k *Kubernetes) namespace() string {
-	if k.Namespace == "" {
-		return "default"
-	}
-	return k.Namespace
-}
+// backend (kubeopt.Options). The workspace and the probe's directory are
+// hostPath grants, so the cluster's node must be this host (as
+// scripts/k8s-cluster's is).
+type Kubernetes = kubeopt.Options
 
 // checkKubernetes refuses a kubernetes run that lacks what the policy
 // needs, before any scenario runs; it makes the kubeconfig's path
 // absolute.
-func checkKubernetes(k *Kubernetes) error {
-	if k == nil || k.Image == "" {
-		return fmt.Errorf("--backend kubernetes needs the sandbox image (--k8s-image or $MOAT_K8S_IMAGE): an image holding this moat binary at /usr/local/bin/moat")
-	}
-	if k.Kubeconfig == "" {
-		return fmt.Errorf("--backend kubernetes needs a kubeconfig (--kubeconfig or $KUBECONFIG)")
-	}
-	abs, err := filepath.Abs(k.Kubeconfig)
-	if err != nil {
-		return err
-	}
-	if _, err := os.Stat(abs); err != nil {
-		return fmt.Errorf("kubeconfig: %w", err)
-	}
-	k.Kubeconfig = abs
-	return nil
-}
+func checkKubernetes(k *Kubernetes) error { return kubeopt.Check(k) }
 
 type scenario struct {
 	name string

@@ -14,6 +14,7 @@ import (
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/internal/fakeprovider"
 	"github.com/moat-sandbox/moat/internal/fsutil"
+	"github.com/moat-sandbox/moat/internal/kubeapi/kubeopt"
 	"github.com/moat-sandbox/moat/internal/runinfo"
 )
 
@@ -31,7 +32,7 @@ type harness struct {
 	provider     *fakeprovider.Server
 	cleanup      []func()
 	k8s          *Kubernetes // --backend kubernetes only
-	k8sClient    *k8sCluster
+	k8sClient    kubeopt.Cluster
 }
 
 const (

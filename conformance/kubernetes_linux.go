@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/moat-sandbox/moat/internal/kubeapi"
+	"github.com/moat-sandbox/moat/internal/kubeapi/kubeopt"
 	"github.com/moat-sandbox/moat/internal/runinfo"
 )
 
@@ -21,39 +21,15 @@ import (
 // node must be this host), and the Pod itself is looked up through the
 // cluster's API by its name, moat-<run id>.
 
-// k8sCluster is the suite's own view of the cluster, from the same
-// kubeconfig the policy names.
-type k8sCluster struct {
-	cs kubeapi.Interface
-	ns string
-}
-
-func newK8sCluster(k *Kubernetes) (*k8sCluster, error) {
-	kc := k.Kubeconfig
-	if kc == "" {
-		return nil, fmt.Errorf("kubernetes: no kubeconfig (--kubeconfig or $KUBECONFIG)")
-	}
-	cfg, err := kubeapi.Config(kc, false)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes: kubeconfig %s: %w", kc, err)
-	}
-	cfg.Timeout = 30 * time.Second
-	cs, err := kubeapi.New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &k8sCluster{cs: cs, ns: k.namespace()}, nil
-}
-
 // hostAddress is the address of this host that the Pods reach: the
 // configured broker address, else the only node's InternalIP (as the
 // backend chooses it).
-func (c *k8sCluster) hostAddress(ctx context.Context, configured string) (netip.Addr, error) {
+func hostAddress(ctx context.Context, c kubeopt.Cluster, configured string) (netip.Addr, error) {
 	if configured != "" {
 		return netip.ParseAddr(configured)
 	}
-	ip, err := kubeapi.NodeInternalIP(ctx, c.cs)
-	var nc *kubeapi.NodeCountError
+	ip, err := c.NodeAddress(ctx)
+	var nc *kubeopt.NodeCountError
 	if errors.As(err, &nc) {
 		return netip.Addr{}, fmt.Errorf("kubernetes: %w; give --k8s-broker-address", err)
 	}
@@ -63,37 +39,19 @@ func (c *k8sCluster) hostAddress(ctx context.Context, configured string) (netip.
 	return ip, nil
 }
 
-// podExists reports whether the run's Pod exists and is not being
-// deleted.
-func (c *k8sCluster) podExists(ctx context.Context, runID string) (bool, error) {
-	return kubeapi.PodLive(ctx, c.cs, c.ns, kubeapi.ObjectName(runID))
-}
-
-// objectsLeft lists the Pods and NetworkPolicies of the run still in the
-// namespace.
-func (c *k8sCluster) objectsLeft(ctx context.Context, runID string) ([]string, error) {
-	return kubeapi.ObjectsLeft(ctx, c.cs, c.ns, kubeapi.ObjectName(runID))
-}
-
 // kubernetesPolicy is the policy's kubernetes section for the harness.
-func (h *harness) kubernetesPolicy() string {
-	k := h.k8s
-	s := fmt.Sprintf("kubernetes:\n  kubeconfig: %s\n  namespace: %s\n  image: %s\n  host_path_grants: true\n", k.Kubeconfig, k.namespace(), k.Image)
-	if k.RuntimeClass != "" {
-		s += fmt.Sprintf("  runtime_class_name: %s\n", k.RuntimeClass)
-	}
-	if k.BrokerAddress != "" {
-		s += fmt.Sprintf("  broker_address: %s\n", k.BrokerAddress)
-	}
-	return s
-}
+func (h *harness) kubernetesPolicy() string { return h.k8s.PolicySection() }
 
-// cluster is the harness's client of the kubernetes cluster.
-func (h *harness) cluster() (*k8sCluster, error) {
+// cluster is the harness's view of the kubernetes cluster, from the same
+// kubeconfig the policy names (kubeopt.Open: moat-kubernetes's client).
+func (h *harness) cluster() (kubeopt.Cluster, error) {
 	if h.k8sClient == nil {
-		c, err := newK8sCluster(h.k8s)
+		if h.k8s == nil || h.k8s.Kubeconfig == "" {
+			return nil, fmt.Errorf("kubernetes: no kubeconfig (--kubeconfig or $KUBECONFIG)")
+		}
+		c, err := kubeopt.Open(h.k8s)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("kubernetes: %w", err)
 		}
 		h.k8sClient = c
 	}
@@ -137,19 +95,19 @@ func supervisorLossKubernetes(ctx context.Context, h *harness) Result {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	exists, err := c.podExists(ctx, info.RunID)
+	exists, err := c.PodLive(ctx, info.RunID)
 	if err != nil {
 		v.invalid("looking up the Pod: %v", err)
 		return v.result()
 	}
-	v.control(exists, "the sandbox's Pod %s exists in %s while moat runs", kubeapi.ObjectName(info.RunID), c.ns)
+	v.control(exists, "the sandbox's Pod %s exists in %s while moat runs", kubeopt.ObjectName(info.RunID), c.Namespace())
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
 	// The watchdog deletes the Pod, waits for it to be gone, then the
 	// NetworkPolicy; 60 s covers the Pod's grace period on a loaded node.
 	var left []string
 	for end := time.Now().Add(60 * time.Second); ; {
-		left, err = c.objectsLeft(ctx, info.RunID)
+		left, err = c.ObjectsLeft(ctx, info.RunID)
 		if err != nil {
 			v.invalid("looking up the Pod: %v", err)
 			return v.result()

@@ -53,7 +53,7 @@ func (h *harness) newSandboxHostReceiver(ctx context.Context) (hostReceiver, err
 	if err != nil {
 		return hostReceiver{}, err
 	}
-	a, err := c.hostAddress(ctx, h.k8s.BrokerAddress)
+	a, err := hostAddress(ctx, c, h.k8s.BrokerAddress)
 	if err != nil {
 		return hostReceiver{}, err
 	}

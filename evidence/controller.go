@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/moat-sandbox/moat/internal/fsutil"
+	"github.com/moat-sandbox/moat/internal/kubeapi/kubeopt"
 )
 
 // Controller limits.
@@ -84,7 +85,7 @@ type suite struct {
 	creds   map[string]string
 	openssl string
 	// kube is the cluster's view for the kubernetes backend (nil otherwise).
-	kube *kubeView
+	kube kubeopt.Cluster
 	// agentHelper, when set, makes the workload "<probe copy> agentHelper …"
 	// (moat demo runs its own binary's hidden agent helper).
 	agentHelper string
@@ -105,7 +106,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		if err := CheckKubernetes(o.Kubernetes); err != nil {
 			return nil, &HarnessError{Err: err}
 		}
-		if s.kube, err = newKubeView(o.Kubernetes); err != nil {
+		if s.kube, err = kubeopt.Open(o.Kubernetes); err != nil {
 			return nil, &HarnessError{Err: err}
 		}
 	}

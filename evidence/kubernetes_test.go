@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/moat-sandbox/moat/internal/kubeapi/kubeopt"
 	"github.com/moat-sandbox/moat/policy"
 )
 
@@ -59,7 +60,7 @@ func TestKubernetesCasePolicy(t *testing.T) {
 	for _, kube := range []bool{true, false} {
 		s := &suite{Options: Options{Kubernetes: k}, binDir: filepath.Join(dir, "bin")}
 		if kube {
-			s.kube = &kubeView{ns: "ev"}
+			s.kube = struct{ kubeopt.Cluster }{} // the policy only asks whether there is one
 		}
 		prov := &Provider{}
 		if err := prov.Start(filepath.Join(dir, "events"), t.TempDir()); err != nil {

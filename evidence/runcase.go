@@ -140,7 +140,7 @@ func (r *caseRun) execute(ctx context.Context) error {
 	if r.s.kube != nil {
 		// A Pod's loopback is its own: the receivers listen where the
 		// Pod reaches this host.
-		a, err := r.s.kube.hostAddress(ctx)
+		a, err := kubeHostAddress(ctx, r.s.kube)
 		if err != nil {
 			return err
 		}

@@ -32,6 +32,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/moat-sandbox/moat/internal/kubeapi/kubeopt"
 )
 
 // Interface is what moat asks of a cluster. *Client implements it against
@@ -253,9 +255,5 @@ func NodeInternalIP(ctx context.Context, c Interface) (netip.Addr, error) {
 }
 
 // NodeCountError is a cluster without exactly one node, where the node's
-// address is not the host's.
-type NodeCountError struct{ Nodes int }
-
-func (e *NodeCountError) Error() string {
-	return fmt.Sprintf("the cluster has %d nodes", e.Nodes)
-}
+// address is not the host's (kubeopt's, which the suites see).
+type NodeCountError = kubeopt.NodeCountError
