@@ -49,6 +49,14 @@
 // is reported on a close-on-exec pipe before the exec (127, 126), so the
 // supervisor can tell those apart from the workload's own exit codes.
 //
+// Most of a start is the stage's own start-up (a fork into a new user
+// namespace and a Go runtime), so where Landlock scopes signals (ABI 6
+// on) the init forks the next stage ahead after each start: a spare that
+// waits, in its own fresh user namespace, for its config and stdio fds
+// (SCM_RIGHTS on a socketpair), then runs the same path. What keeps a
+// running workload away from a waiting, unconfined spare, and why a
+// killed spare only costs a fresh start, is in spare_linux.go.
+//
 // # Landlock
 //
 // One ruleset per process, in the ABI the host has (checked against

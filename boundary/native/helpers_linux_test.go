@@ -274,6 +274,9 @@ func doOp(spec string) string {
 	case "kill":
 		pid, _ := strconv.Atoi(arg)
 		return res("", syscall.Kill(pid, 0))
+	case "spare":
+		// What this workload can do to the init's waiting spare stage.
+		return res(spareAttack())
 	case "env":
 		return res(strings.Join(os.Environ(), ","), nil)
 	case "fds":

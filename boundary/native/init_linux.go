@@ -207,33 +207,27 @@ type initState struct {
 
 	mu    sync.Mutex // held while starting a stage and while reaping
 	procs map[int]*initProc
+
+	spareMu sync.Mutex // held while forking or taking the spare
+	spare   *spare     // the next start's stage, forked ahead (spare_linux.go)
+	devNull *os.File   // a spare's stdio until it has its own
 }
 
 type initProc struct {
-	id   int
 	exit chan int // the exit code, once reaped
 }
 
 // start starts one stage for a "start" request; files are its stdio.
+// It takes the spare stage when there is a live one (spare_linux.go), else
+// forks a fresh stage; then it asks for the next spare in the background.
 func (in *initState) start(m ctlMsg, files []*os.File) {
 	defer initkit.CloseFiles(files)
+	defer in.refill()
 	fail := func(code int, err error) {
 		in.ctl.Send(ctlMsg{Op: "failed", ID: m.ID, Code: code, Err: err.Error()})
 	}
 	if len(files) != 3 {
 		fail(boundary.ExitRefused, fmt.Errorf("BUG: start with %d stdio fds", len(files)))
-		return
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		fail(boundary.ExitRefused, err)
-		return
-	}
-	defer errR.Close()
-	cfgR, cfgW, err := os.Pipe()
-	if err != nil {
-		errW.Close()
-		fail(boundary.ExitRefused, err)
 		return
 	}
 	rs := in.cfg.Landlock
@@ -243,12 +237,57 @@ func (in *initState) start(m ctlMsg, files []*os.File) {
 		rs.Rules = append(slices.Clone(rs.Rules), rs.HelperRules...)
 	}
 	rs.HelperRules = nil
-	sc := stageConfig{Argv: m.Argv, Env: m.Env, Dir: m.Dir, Helper: m.Helper, Landlock: rs,
+	sc := stageConfig{Argv: m.Argv, Env: m.Env, Dir: m.Dir, Helper: m.Helper, TTY: m.TTY, Landlock: rs,
 		OpenFiles: in.cfg.OpenFiles, Seccomp: in.cfg.Seccomp}
+	st, rep, err := in.startSpare(&sc, files)
+	if st == nil && err == nil {
+		st, rep, err = in.startFresh(&sc, files)
+	}
+	if err != nil {
+		fail(boundary.ExitRefused, err)
+		return
+	}
+	if rep != nil {
+		if st.pidfd >= 0 {
+			unix.Close(st.pidfd)
+		}
+		go func() { <-st.ip.exit }()
+		fail(rep.Code, errors.New(rep.Err))
+		return
+	}
+	if st.pidfd < 0 {
+		fail(boundary.ExitRefused, errors.New("BUG: no pidfd for the stage"))
+		return
+	}
+	in.ctl.Send(ctlMsg{Op: "started", ID: m.ID, PID: st.pid}, st.pidfd)
+	unix.Close(st.pidfd)
+	go func() {
+		code := <-st.ip.exit
+		// A process is reported exited only when everything it started
+		// is gone: detached descendants (double fork, setsid) are killed,
+		// not left running unaccounted for.
+		if st.nsIno != 0 {
+			killUserNS(st.nsIno)
+		}
+		in.ctl.Send(ctlMsg{Op: "exited", ID: m.ID, Code: code})
+	}()
+}
+
+// stageProc is a forked stage, registered with the reaper.
+type stageProc struct {
+	pid   int
+	pidfd int    // -1 when it could not be opened
+	nsIno uint64 // its user namespace's identity; 0 when it ended first
+	ip    *initProc
+}
+
+// forkStage forks a stage with fds 0-5 from files (nil: closed) and the
+// grant trees from stageRuleFD on.
+func (in *initState) forkStage(files []*os.File, args []string, tty bool) (*stageProc, error) {
 	attr := &os.ProcAttr{
 		Dir:   "/",
 		Env:   []string{},
-		Files: append([]*os.File{files[0], files[1], files[2], errW, cfgR, in.exe}, in.rules...),
+		Files: append(files, in.rules...),
 		Sys: &syscall.SysProcAttr{
 			// A cgroup namespace rooted at the sandbox's own cgroup: the
 			// workload's /proc/self/cgroup says "/", not moat-<run id>
@@ -261,61 +300,75 @@ func (in *initState) start(m ctlMsg, files []*os.File) {
 			// before it execs the target.
 			AmbientCaps: []uintptr{unix.CAP_SETPCAP, unix.CAP_SYS_RESOURCE},
 			Setsid:      true,
-			Setctty:     m.TTY,
+			Setctty:     tty,
 			// No Pdeathsig: it would fire when the Go thread that forked
 			// the stage exits; the PID namespace already ends every
 			// process when the init exits.
 		},
 	}
+	argv := append([]string{"moat", StageHelper, strconv.Itoa(len(in.rules))}, args...)
 	in.mu.Lock()
-	p, err := os.StartProcess("/proc/self/fd/"+strconv.Itoa(in.exeFD), []string{"moat", StageHelper, strconv.Itoa(len(in.rules))}, attr)
-	pidfd, pid := -1, 0
-	var ip *initProc
+	p, err := os.StartProcess("/proc/self/fd/"+strconv.Itoa(in.exeFD), argv, attr)
+	if err != nil {
+		in.mu.Unlock()
+		return nil, fmt.Errorf("starting the stage: %w", err)
+	}
 	// Every process this start makes lives in the stage's user namespace
 	// (the workload cannot make another): its identity names them all.
 	// Taken now, while mu keeps the stage from being reaped and before it
 	// has its config (so before the workload exists): later, a workload
 	// that forked and exited at once could be gone, and its descendants
 	// with no name.
-	var nsIno uint64
+	st := &stageProc{pid: p.Pid, pidfd: -1, ip: &initProc{exit: make(chan int, 1)}}
+	st.pidfd, _ = unix.PidfdOpen(p.Pid, 0) // cannot fail while we hold mu: the child is unreaped
 	endedEarly := false
-	if err == nil {
-		pid = p.Pid
-		pidfd, _ = unix.PidfdOpen(p.Pid, 0) // cannot fail while we hold mu: the child is unreaped
-		var nst unix.Stat_t
-		if unix.Stat("/proc/"+strconv.Itoa(pid)+"/ns/user", &nst) == nil {
-			nsIno = nst.Ino
-		} else {
-			// Asked while mu still keeps the stage unreaped.
-			endedEarly = stageEnded(pidfd)
-		}
-		ip = &initProc{id: m.ID, exit: make(chan int, 1)}
-		in.procs[p.Pid] = ip
-		p.Release()
+	var nst unix.Stat_t
+	if unix.Stat("/proc/"+strconv.Itoa(p.Pid)+"/ns/user", &nst) == nil {
+		st.nsIno = nst.Ino
+	} else {
+		// Asked while mu still keeps the stage unreaped.
+		endedEarly = stageEnded(st.pidfd)
 	}
+	in.procs[p.Pid] = st.ip
+	p.Release()
 	in.mu.Unlock()
-	errW.Close()
-	cfgR.Close()
-	if err == nil && nsIno == 0 && !endedEarly {
+	if st.nsIno == 0 && !endedEarly {
 		// Fail closed: without the namespace's identity, what this
 		// process leaves running could not be found. (A stage that had
 		// already ended, endedEarly, died before it could read its
 		// config, e.g. of the terminal's ^C while the run starts: it
 		// started nothing, so there is nothing to find, and its end is
 		// reported as any process's, 128+n for a signal.)
-		unix.Kill(pid, unix.SIGKILL)
-		if pidfd >= 0 {
-			unix.Close(pidfd)
+		unix.Kill(st.pid, unix.SIGKILL)
+		if st.pidfd >= 0 {
+			unix.Close(st.pidfd)
 		}
-		go func() { <-ip.exit }()
-		cfgW.Close()
-		fail(boundary.ExitRefused, errors.New("BUG: cannot read the new process's user namespace"))
-		return
+		go func() { <-st.ip.exit }()
+		return nil, errors.New("BUG: cannot read the new process's user namespace")
 	}
+	return st, nil
+}
+
+// startFresh forks a stage for sc with files as its stdio, hands it its
+// config on a pipe, and waits until it exec'd the target (rep nil) or
+// reported why not.
+func (in *initState) startFresh(sc *stageConfig, files []*os.File) (*stageProc, *stageReport, error) {
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer errR.Close()
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		errW.Close()
+		return nil, nil, err
+	}
+	st, err := in.forkStage([]*os.File{files[0], files[1], files[2], errW, cfgR, in.exe}, nil, sc.TTY)
+	errW.Close()
+	cfgR.Close()
 	if err != nil {
 		cfgW.Close()
-		fail(boundary.ExitRefused, fmt.Errorf("starting the stage: %w", err))
-		return
+		return nil, nil, err
 	}
 	go func() {
 		json.NewEncoder(cfgW).Encode(sc)
@@ -323,35 +376,20 @@ func (in *initState) start(m ctlMsg, files []*os.File) {
 	}()
 	// The stage reports a failure before exec on the pipe; EOF means the
 	// target is running.
-	var rep stageReport
 	b, _ := io.ReadAll(io.LimitReader(errR, initkit.MaxMessage))
-	if len(b) > 0 {
-		if json.Unmarshal(b, &rep) != nil || rep.Code == 0 {
-			rep = stageReport{Code: boundary.ExitRefused, Err: "stage failed: " + string(b)}
-		}
-		if pidfd >= 0 {
-			unix.Close(pidfd)
-		}
-		go func() { <-ip.exit }()
-		fail(rep.Code, errors.New(rep.Err))
-		return
+	return st, parseReport(b), nil
+}
+
+// parseReport is the stage's report of b, nil for none (it exec'd).
+func parseReport(b []byte) *stageReport {
+	if len(b) == 0 {
+		return nil
 	}
-	if pidfd < 0 {
-		fail(boundary.ExitRefused, errors.New("BUG: no pidfd for the stage"))
-		return
+	var rep stageReport
+	if json.Unmarshal(b, &rep) != nil || rep.Code == 0 {
+		rep = stageReport{Code: boundary.ExitRefused, Err: "stage failed: " + string(b)}
 	}
-	in.ctl.Send(ctlMsg{Op: "started", ID: m.ID, PID: pid}, pidfd)
-	unix.Close(pidfd)
-	go func() {
-		code := <-ip.exit
-		// A process is reported exited only when everything it started
-		// is gone: detached descendants (double fork, setsid) are killed,
-		// not left running unaccounted for.
-		if nsIno != 0 {
-			killUserNS(nsIno)
-		}
-		in.ctl.Send(ctlMsg{Op: "exited", ID: m.ID, Code: code})
-	}()
+	return &rep
 }
 
 // reap collects every child, including orphans that reparent to pid 1.

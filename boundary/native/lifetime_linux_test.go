@@ -136,33 +136,47 @@ func TestTTY(t *testing.T) {
 	}
 	defer slave.Close()
 	sb := f.prepare(t)
-	p, err := sb.Start(context.Background(), boundary.Process{Argv: append([]string{f.bin}, actionArgs("ops", "tty")...), TTY: slave})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan string, 1)
-	go func() {
-		b := make([]byte, 4096)
-		var acc []byte
-		for !bytes.Contains(acc, []byte("\n")) {
-			n, err := master.Read(b)
-			if err != nil {
-				break
+	// The first start forks a fresh stage; the second runs on the spare
+	// (where the init forks one), which sets the terminal up itself.
+	for i, stage := range []string{"fresh", "spare"} {
+		spare := 0
+		if stage == "spare" {
+			if LandlockABI() < minSpareABI {
+				continue
 			}
-			acc = append(acc, b[:n]...)
+			spare, _ = spareOf(t, sb.HostPID())
 		}
-		got <- string(acc)
-	}()
-	if code, _ := p.Wait(); code != 0 {
-		t.Fatalf("tty workload exited %d", code)
-	}
-	select {
-	case s := <-got:
-		if !strings.Contains(s, "tty ok controlling") {
-			t.Errorf("tty workload: got %q, want the terminal as its controlling tty", s)
+		p, err := sb.Start(context.Background(), boundary.Process{Argv: append([]string{f.bin}, actionArgs("ops", "tty")...), TTY: slave})
+		if err != nil {
+			t.Fatal(err)
 		}
-	case <-time.After(10 * time.Second):
-		t.Error("no output on the terminal")
+		if spare != 0 && p.HostPID() != spare {
+			t.Errorf("start %d: host pid %d, want the spare's %d", i, p.HostPID(), spare)
+		}
+		got := make(chan string, 1)
+		go func() {
+			b := make([]byte, 4096)
+			var acc []byte
+			for !bytes.Contains(acc, []byte("\n")) {
+				n, err := master.Read(b)
+				if err != nil {
+					break
+				}
+				acc = append(acc, b[:n]...)
+			}
+			got <- string(acc)
+		}()
+		if code, _ := p.Wait(); code != 0 {
+			t.Fatalf("tty workload (%s stage) exited %d", stage, code)
+		}
+		select {
+		case s := <-got:
+			if !strings.Contains(s, "tty ok controlling") {
+				t.Errorf("tty workload (%s stage): got %q, want the terminal as its controlling tty", stage, s)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("no output on the terminal (%s stage)", stage)
+		}
 	}
 }
 

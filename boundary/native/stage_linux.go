@@ -24,6 +24,7 @@ type stageConfig struct {
 	Env       []string  `json:"env"`
 	Dir       string    `json:"dir"`
 	Helper    bool      `json:"helper"`
+	TTY       bool      `json:"tty,omitempty"` // a spare makes fd 0 its controlling terminal
 	Landlock  llRuleset `json:"landlock"`
 	OpenFiles uint64    `json:"open_files"`
 	Seccomp   bool      `json:"seccomp"`
@@ -46,9 +47,10 @@ const capLastCapMax = 63
 func StageMain(args []string) int {
 	runtime.LockOSThread() // never unlocked: Landlock and seccomp are per thread
 	nrules := 0
-	if len(args) == 1 {
+	if len(args) >= 1 {
 		nrules, _ = strconv.Atoi(args[0])
 	}
+	isSpare := len(args) == 2 && args[1] == spareArg
 	initkit.CloseInherited(stageRuleFD + max(nrules, 0)) // not the runtime's own fds
 	report := func(code int, err error) int {
 		b, _ := json.Marshal(stageReport{Code: code, Err: err.Error()})
@@ -56,7 +58,11 @@ func StageMain(args []string) int {
 		return code
 	}
 	var cfg stageConfig
-	if err := readConfig(stageConfigFD, &cfg); err != nil {
+	if isSpare {
+		if err := awaitConfig(&cfg); err != nil {
+			return report(boundary.ExitRefused, fmt.Errorf("stage config: %w", err))
+		}
+	} else if err := readConfig(stageConfigFD, &cfg); err != nil {
 		return report(boundary.ExitRefused, fmt.Errorf("stage config: %w", err))
 	}
 	if len(cfg.Argv) == 0 {
@@ -87,6 +93,41 @@ func StageMain(args []string) int {
 	}
 	err = syscall.Exec(path, cfg.Argv, cfg.Env)
 	return report(execCode(err), fmt.Errorf("moat: cannot execute %q: %w", cfg.Argv[0], err))
+}
+
+// spareConn is a spare's end of its socketpair (fd stageErrFD), kept
+// reachable until the exec closes it.
+var spareConn *initkit.Conn
+
+// awaitConfig is a spare's wait: one message on stageErrFD, its config
+// with its three stdio fds, which go on 0-2.
+func awaitConfig(cfg *stageConfig) error {
+	c, err := initkit.NewConn(stageErrFD)
+	if err != nil {
+		return err
+	}
+	spareConn = c
+	files, err := c.Recv(cfg)
+	if err != nil {
+		return err
+	}
+	defer initkit.CloseFiles(files)
+	if len(files) != 3 {
+		return fmt.Errorf("BUG: %d stdio fds", len(files))
+	}
+	for i, f := range files {
+		if err := unix.Dup3(int(f.Fd()), i, 0); err != nil {
+			return fmt.Errorf("stdio fd %d: %w", i, err)
+		}
+	}
+	if cfg.TTY {
+		// As the fresh stage's Setctty: fd 0 becomes this session's
+		// controlling terminal.
+		if err := unix.IoctlSetInt(0, unix.TIOCSCTTY, 1); err != nil {
+			return fmt.Errorf("controlling terminal: %w", err)
+		}
+	}
+	return nil
 }
 
 func execCode(err error) int {
