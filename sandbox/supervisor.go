@@ -113,6 +113,7 @@ func SupervisorMain(args []string) int {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	go sv.serve(ctx)
 	initGone := watchInit(ctx, state.HostPID)
+	orphaned := watchStateDir(ctx, dir, sockPath, stateDirPoll)
 	var ended <-chan struct{} // nil: never
 	if e, ok := sess.sb.(boundary.Ending); ok {
 		ended = e.Ended()
@@ -134,6 +135,19 @@ func SupervisorMain(args []string) int {
 		reason = audit.ReasonFailed
 		lost = fmt.Errorf("the sandbox ended: its init (host pid %d) exited; a supervisor stopped for longer than process.supervisor_timeout (%s) ends it", state.HostPID, pol.Process.SupervisorWait())
 		fmt.Fprintf(os.Stderr, "moat: supervisor %s: %v\n", name, lost)
+	case <-orphaned:
+		// Its state directory or control socket was removed or replaced:
+		// no moat command can find or reach this supervisor any more
+		// (not even delete), so it ends the sandbox rather than run it
+		// unseen. Its state is not written: the name may be another
+		// sandbox's now.
+		reason = audit.ReasonFailed
+		lost = fmt.Errorf("its state directory %s or control socket was removed or replaced: no moat command could reach this supervisor, so the sandbox ends", dir)
+		fmt.Fprintf(os.Stderr, "moat: supervisor %s: %v\n", name, lost)
+		ln.Close()
+		sess.Close(ExitRefused, reason)
+		sv.wg.Wait()
+		return ExitRefused
 	case <-ended:
 		// The sandbox ended from outside moat (a Pod deleted or evicted).
 		reason = audit.ReasonSandboxLost
