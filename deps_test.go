@@ -10,10 +10,12 @@ package moat_test
 // allows.
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"go/build"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"runtime"
@@ -70,6 +72,16 @@ var (
 		"boundary/kubernetes": {"boundary/native", "boundary/gvisor", "boundary/lying"},
 		// The contract knows no backend and no measurement.
 		"boundary": {"boundary/native", "boundary/gvisor", "boundary/lying", "boundary/kubernetes", "boundary/measure"},
+		// moat links no Kubernetes client: every moat process (the CLI,
+		// the supervisor, the init, the stage, the measurement, the
+		// reaper) would pay its package initialisation and size at
+		// start-up. The kubernetes backend and its suites' client are
+		// moat-kubernetes's (internal/cli/k8sext); moat hands kubernetes
+		// commands to it. The suites reach a cluster through kubeopt.
+		"cmd/moat":     {"k8s", "internal/kubeapi", "boundary/kubernetes", "internal/cli/k8sext"},
+		"evidence":     {"k8s", "internal/kubeapi"},
+		"conformance":  {"k8s", "internal/kubeapi"},
+		"internal/cli": {"k8s", "internal/kubeapi", "boundary/kubernetes"},
 		// The broker decides on requests; it never builds sandboxes.
 		"broker": {"boundary/native", "boundary/gvisor", "boundary/lying", "boundary/kubernetes", "sandbox", "internal/cli"},
 	}
@@ -158,6 +170,11 @@ func loadGraph(root, goos string, tags []string) (map[string]*pkgInfo, error) {
 	return pkgs, err
 }
 
+// k8s reports whether ip is a Kubernetes project's package.
+func k8s(ip string) bool {
+	return strings.HasPrefix(ip, "k8s.io/") || strings.HasPrefix(ip, "sigs.k8s.io/")
+}
+
 func internal(ip string) bool { return ip == module || strings.HasPrefix(ip, module+"/") }
 
 func std(ip string) bool {
@@ -202,11 +219,14 @@ func deps(pkgs map[string]*pkgInfo, pkg string) ([]string, error) {
 
 // matches reports whether dependency ip is what rule names: "yaml" is any
 // import path with a yaml element (gopkg.in/yaml.v3, go.yaml.in/yaml/v3,
-// sigs.k8s.io/yaml…); anything else is the module package of that
-// relative path.
+// sigs.k8s.io/yaml…); "k8s" is any package of k8s.io or sigs.k8s.io;
+// anything else is the module package of that relative path.
 func matches(ip, rule string) bool {
-	if rule == "yaml" {
+	switch rule {
+	case "yaml":
 		return strings.Contains(strings.ToLower(ip), "yaml")
+	case "k8s":
+		return k8s(ip)
 	}
 	return ip == module+"/"+rule
 }
@@ -326,7 +346,7 @@ func TestDependencyRulesControl(t *testing.T) {
 		}
 		return slices.ContainsFunc(ds, func(d string) bool { return matches(d, rule) })
 	}
-	for _, e := range [][2]string{{"policy", "yaml"}, {"boundary", "policy"}, {"sandbox", "audit"}, {"sandbox", "boundary"}, {"internal/cli", "boundary/native"}, {"internal/cli", "boundary/gvisor"}} {
+	for _, e := range [][2]string{{"cmd/moat-kubernetes", "k8s"}, {"cmd/moat-kubernetes", "boundary/kubernetes"}, {"cmd/moat", "internal/cli"}, {"policy", "yaml"}, {"boundary", "policy"}, {"sandbox", "audit"}, {"sandbox", "boundary"}, {"internal/cli", "boundary/native"}, {"internal/cli", "boundary/gvisor"}} {
 		if !has(e[0], e[1]) {
 			t.Errorf("%s does not depend on %s: the loader misses edges, so the rules prove nothing", e[0], e[1])
 		}
@@ -351,6 +371,8 @@ func TestDependencyRulesControl(t *testing.T) {
 		{"boundary/native", "boundary/gvisor", "boundary/native depends on " + module + "/boundary/gvisor"},
 		{"boundary/measure", "sandbox", "which is above the backends"},
 		{"boundary", "internal/fsutil", "boundary imports " + module + "/internal/fsutil, which the contract's recorded imports do not list"},
+		{"cmd/moat", "internal/kubeapi", "cmd/moat depends on k8s.io/client-go/rest (forbidden: k8s)"},
+		{"evidence", "boundary/kubernetes", "evidence depends on " + module + "/internal/kubeapi (forbidden: internal/kubeapi)"},
 	} {
 		bad, err := violations(withEdge(tc.from, tc.to), tc.from)
 		if err != nil {
@@ -359,5 +381,49 @@ func TestDependencyRulesControl(t *testing.T) {
 		if !slices.ContainsFunc(bad, func(b string) bool { return strings.Contains(b, tc.want) }) {
 			t.Errorf("edge %s → %s: got %q, want a violation containing %q", tc.from, tc.to, bad, tc.want)
 		}
+	}
+}
+
+// TestLeanBinaryGoList: the whole of moat's package graph, other modules'
+// packages included (TestDependencyRules sees only this module's imports),
+// has no package of k8s.io or sigs.k8s.io, as `go list -deps` reports it
+// for each context. Control: moat-kubernetes's graph has them.
+func TestLeanBinaryGoList(t *testing.T) {
+	root := moduleRoot(t)
+	gocmd := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(gocmd); err != nil {
+		t.Skipf("skipping: no go command at %s: TestDependencyRules checks this module's side", gocmd)
+	}
+	list := func(t *testing.T, goos string, tags []string, pkg string) []string {
+		t.Helper()
+		cmd := exec.Command(gocmd, "list", "-deps", "-tags="+strings.Join(tags, ","), pkg)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH=amd64", "CGO_ENABLED=0", "GOFLAGS=-mod=readonly", "GOPROXY=off")
+		out, err := cmd.CombinedOutput()
+		if err != nil && os.Geteuid() != 0 && bytes.Contains(out, []byte("module lookup disabled")) {
+			// The uid-65534 pass of scripts/test has no module cache
+			// (it is root's); the root pass of the same run checks this.
+			t.Skipf("skipping: no readable module cache as uid %d (the root pass checks this): %s", os.Geteuid(), bytes.TrimSpace(out))
+		}
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+		}
+		return strings.Fields(string(out))
+	}
+	for _, c := range contexts {
+		t.Run(c.goos+"/"+strings.Join(c.tags, ","), func(t *testing.T) {
+			var bad []string
+			for _, p := range list(t, c.goos, c.tags, "./cmd/moat") {
+				if k8s(p) || p == module+"/internal/kubeapi" {
+					bad = append(bad, p)
+				}
+			}
+			if len(bad) > 0 {
+				t.Errorf("cmd/moat links %d Kubernetes packages (they belong in cmd/moat-kubernetes): %v", len(bad), bad)
+			}
+		})
+	}
+	if !slices.ContainsFunc(list(t, "linux", nil, "./cmd/moat-kubernetes"), k8s) {
+		t.Error("control: go list -deps ./cmd/moat-kubernetes has no k8s.io package: the check sees nothing")
 	}
 }

@@ -42,8 +42,9 @@ invalid with "unprivileged": true ("needs root" in the table): that is not
 a failure of the host or the backend, and does not change the exit code.
 
 --backend kubernetes needs the cluster: --kubeconfig (default $KUBECONFIG)
-and --k8s-image (default $MOAT_K8S_IMAGE), an image holding this moat
-binary at /usr/local/bin/moat; --k8s-namespace (default
+and --k8s-image (default $MOAT_K8S_IMAGE), an image holding this moat's
+moat-kubernetes at /usr/local/bin/moat (moat hands the run to the
+moat-kubernetes beside it); --k8s-namespace (default
 $MOAT_K8S_NAMESPACE, else "default"), --k8s-runtime-class (default
 $MOAT_K8S_RUNTIMECLASS, else the policy's "gvisor"). The scenarios' grants
 are hostPath volumes (kubernetes.host_path_grants), so the cluster's node
@@ -59,6 +60,11 @@ for want of root); 1 otherwise; 125 when the suite itself could not run.`,
   sudo KUBECONFIG=/etc/moat/kube.conf moat conformance run --backend kubernetes --k8s-image registry.example/moat-sandbox:1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// The suite itself observes a kubernetes run through the
+			// cluster's API: moat-kubernetes runs it.
+			if err := handOffBackend(backend); err != nil {
+				return err
+			}
 			if binary == "" {
 				// This binary's registry is the one the scenarios will
 				// use; another --binary checks its own at its first run.
@@ -97,7 +103,7 @@ for want of root); 1 otherwise; 125 when the suite itself could not run.`,
 	run.Flags().StringVar(&binary, "binary", "", "moat binary to drive (default: this one)")
 	run.Flags().StringArrayVar(&scenarios, "scenario", nil, "scenario to run (repeatable; default: all)")
 	run.Flags().StringVar(&k8s.Kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubernetes: the cluster's kubeconfig")
-	run.Flags().StringVar(&k8s.Image, "k8s-image", os.Getenv("MOAT_K8S_IMAGE"), "kubernetes: the sandbox image (this moat at /usr/local/bin/moat)")
+	run.Flags().StringVar(&k8s.Image, "k8s-image", os.Getenv("MOAT_K8S_IMAGE"), "kubernetes: the sandbox image (this moat's moat-kubernetes at /usr/local/bin/moat)")
 	run.Flags().StringVar(&k8s.Namespace, "k8s-namespace", os.Getenv("MOAT_K8S_NAMESPACE"), "kubernetes: namespace of the Pods (empty: default)")
 	run.Flags().StringVar(&k8s.RuntimeClass, "k8s-runtime-class", os.Getenv("MOAT_K8S_RUNTIMECLASS"), "kubernetes: RuntimeClass (empty: gvisor)")
 	output = addOutput(run)

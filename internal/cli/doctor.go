@@ -116,6 +116,13 @@ func doctor(ctx context.Context) doctorReport {
 			rep.Runnable = true
 		}
 	}
+	for _, name := range knownBackends() {
+		if _, err := boundary.Lookup(name); err != nil {
+			// Not in this binary: its own binary's doctor probes it.
+			rep.Backends = append(rep.Backends, sandbox.ProbeResult{Backend: name,
+				Reason: fmt.Sprintf("in %s, beside moat: run `%s doctor`", elsewhere[name], elsewhere[name])})
+		}
+	}
 	return rep
 }
 

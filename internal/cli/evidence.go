@@ -66,8 +66,9 @@ not run); a request substituted during a pending approval must never reach
 the provider. Its cases: ` + joinNames(evidence.FaultCaseNames()) + `.
 
 --backend kubernetes needs the cluster: --kubeconfig (default $KUBECONFIG)
-and --k8s-image (default $MOAT_K8S_IMAGE), an image holding the moat under
-test at /usr/local/bin/moat; --k8s-namespace, --k8s-runtime-class. The
+and --k8s-image (default $MOAT_K8S_IMAGE), an image holding the
+moat-kubernetes under test at /usr/local/bin/moat (moat hands the run to
+the moat-kubernetes beside it); --k8s-namespace, --k8s-runtime-class. The
 grants are hostPath volumes, so the cluster's single node must be this
 host: the host's view of a Pod is its processes on the node (found by the
 Pod's uid in their cgroup: namespaces, no_new_privs, gone after the run)
@@ -94,6 +95,11 @@ Cases: ` + joinNames(evidence.CaseNames()),
 			}
 			if suite == "faults" && (o.Backend != "" && o.Backend != "native" || o.Probe != "" || o.ExpectedProbeSHA256 != "") {
 				return exitf(ExitRefused, "evidence run: --suite faults runs moat sandbox on the native backend, without the probe; drop --backend, --probe and --expected-probe-sha256")
+			}
+			// The controller itself observes a kubernetes run through
+			// the cluster's API: moat-kubernetes runs the suite.
+			if err := handOffBackend(o.Backend); err != nil {
+				return err
 			}
 			if o.Binary == "" {
 				// The backends of this binary are the ones the suite runs.
@@ -182,7 +188,7 @@ Cases: ` + joinNames(evidence.CaseNames()),
 	f.StringArrayVar(&o.Cases, "case", nil, "run only this case (repeatable); the bundle is then a subset, never full qualification")
 	f.StringVar(&o.Backend, "backend", "", "backend to test (default: the policy default, native)")
 	f.StringVar(&k8s.Kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubernetes: the cluster's kubeconfig")
-	f.StringVar(&k8s.Image, "k8s-image", os.Getenv("MOAT_K8S_IMAGE"), "kubernetes: the sandbox image (the moat under test at /usr/local/bin/moat)")
+	f.StringVar(&k8s.Image, "k8s-image", os.Getenv("MOAT_K8S_IMAGE"), "kubernetes: the sandbox image (the moat-kubernetes under test at /usr/local/bin/moat)")
 	f.StringVar(&k8s.Namespace, "k8s-namespace", os.Getenv("MOAT_K8S_NAMESPACE"), "kubernetes: namespace of the Pods (empty: default)")
 	f.StringVar(&k8s.RuntimeClass, "k8s-runtime-class", os.Getenv("MOAT_K8S_RUNTIMECLASS"), "kubernetes: RuntimeClass (empty: gvisor)")
 	f.StringVar(&o.Probe, "probe", "", "the moat-probe binary (default: moat-probe beside the moat binary)")

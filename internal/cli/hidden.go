@@ -6,7 +6,6 @@ import (
 
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/boundary/gvisor"
-	"github.com/moat-sandbox/moat/boundary/kubernetes"
 	"github.com/moat-sandbox/moat/boundary/measure"
 	"github.com/moat-sandbox/moat/boundary/native"
 	"github.com/moat-sandbox/moat/broker"
@@ -41,13 +40,9 @@ var hidden = []reexec.Helper{
 	{Name: gvisor.PauseHelper, Main: gvisor.PauseMain}, // the container's init inside the sentry
 	{Name: gvisor.StageHelper, Main: gvisor.StageMain}, // moat's seccomp filter in front of each runsc exec
 
-	// The kubernetes backend, inside the sandbox's Pod (moat's binary in the image).
-	{Name: kubernetes.PauseHelper, Main: kubernetes.PauseMain},   // the container's main process
-	{Name: kubernetes.StageHelper, Main: kubernetes.StageMain},   // env, dir and moat's seccomp filter in front of each exec
-	{Name: kubernetes.SignalHelper, Main: kubernetes.SignalMain}, // a signal to a process a stage started
-	{Name: kubernetes.DialHelper, Main: kubernetes.DialMain},     // Prepare's wait for the NetworkPolicy to take effect
-	// The kubernetes backend, on the host: removes the Pod and NetworkPolicy if their supervisor dies.
-	{Name: kubernetes.WatchdogHelper, Main: kubernetes.WatchdogMain},
+	// The kubernetes backend's helpers (its in-Pod ones and its host
+	// watchdog) are moat-kubernetes's (Extension, internal/cli/k8sext);
+	// this binary hands their names to it (kubernetesHelperPrefix).
 
 	// The measurement, inside every sandbox before the workload starts.
 	{Name: measure.Helper, Main: measure.Main},
@@ -89,10 +84,24 @@ func checkTestHooks() error {
 	return nil
 }
 
-// backends is every sandbox backend of this binary. testBackends is empty
-// except in builds tagged moat_lying_backend (lying.go).
+// backends is every sandbox backend of this binary: native and gVisor,
+// the extensions' (moat-kubernetes's kubernetes), and in builds tagged
+// moat_lying_backend the lying one (lying.go).
 func backends() []boundary.Backend {
-	return append([]boundary.Backend{native.New(), gvisor.New(), kubernetes.New()}, testBackends()...)
+	bs := []boundary.Backend{native.New(), gvisor.New()}
+	for _, e := range extensions {
+		bs = append(bs, e.Backends...)
+	}
+	return append(bs, testBackends()...)
+}
+
+// helpers is hidden and the extensions' helpers: what Main dispatches.
+func helpers() []reexec.Helper {
+	hs := hidden
+	for _, e := range extensions {
+		hs = append(hs[:len(hs):len(hs)], e.Helpers...)
+	}
+	return hs
 }
 
 var registerOnce sync.Once

@@ -27,11 +27,13 @@ func TestHiddenCheck(t *testing.T) {
 // they are never in the moat binary.
 const testHelperPrefix = reexec.Prefix + "test-"
 
-// TestHiddenListed: every hidden helper name that the module's code
-// spells (reexec.Prefix + "…", or a literal "__moat-…") is in hidden, and
-// hidden lists nothing else. Test helpers (in test files, or named by
-// reexectest) are left out: they serve only their own test binary.
-func TestHiddenListed(t *testing.T) {
+// ModuleHelperNames is every hidden helper name that the module's
+// non-test code spells (reexec.Prefix + "…", or a literal "__moat-…"),
+// with the file that spells it. Test helpers (named by reexectest) and
+// kubernetesHelperPrefix itself (a prefix, not a name) are left out.
+// Exported for the external test (hidden_ext_test.go), which can import
+// k8sext.
+func ModuleHelperNames(t *testing.T) map[string]string {
 	// The source is found beside this file, not from the working
 	// directory: scripts/test runs the test binary again elsewhere as an
 	// unprivileged uid.
@@ -40,13 +42,12 @@ func TestHiddenListed(t *testing.T) {
 		t.Fatal("runtime.Caller: no file for this test")
 	}
 	root := filepath.Join(filepath.Dir(self), "..", "..")
-	var err error
 	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
 		t.Fatalf("module root not found: %v", err)
 	}
 	found := map[string]string{} // name → where
 	fset := token.NewFileSet()
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -64,7 +65,7 @@ func TestHiddenListed(t *testing.T) {
 			return err
 		}
 		for _, name := range helperNames(f) {
-			if strings.HasPrefix(name, testHelperPrefix) {
+			if strings.HasPrefix(name, testHelperPrefix) || name == kubernetesHelperPrefix {
 				continue
 			}
 			rel, _ := filepath.Rel(root, path)
@@ -75,26 +76,17 @@ func TestHiddenListed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	listed := map[string]bool{}
-	for _, h := range hidden {
-		listed[h.Name] = true
-		if strings.HasPrefix(h.Name, testHelperPrefix) {
-			t.Errorf("%s is a test helper's name", h.Name)
-		}
-		if found[h.Name] == "" {
-			t.Errorf("%s is listed in hidden but spelled nowhere in the module", h.Name)
-		}
-	}
-	for name, where := range found {
-		if !listed[name] {
-			t.Errorf("%s (%s) is not listed in hidden.go", name, where)
-		}
-	}
 	// Control: the walk saw the helpers of several packages, not none.
 	if len(found) < 10 {
 		t.Fatalf("found only %d helper names: %v", len(found), found)
 	}
+	return found
 }
+
+// Hidden and KubernetesHelperPrefix, for the external test.
+var Hidden = hidden
+
+const KubernetesHelperPrefix = kubernetesHelperPrefix
 
 // helperNames returns the helper names f spells: reexec.Prefix + "x" (or
 // Prefix + "x" inside package reexec) and string literals "__moat-x".

@@ -113,6 +113,9 @@ func policyCheck(stdout, stderr io.Writer, file, format string, explain bool) er
 	sum := pol.SHA256()
 	var filter []string
 	if explain {
+		if err := handOffBackend(pol.Backend); err != nil {
+			return err
+		}
 		be, err := boundary.Lookup(pol.Backend)
 		if err != nil {
 			return exitf(ExitRefused, "policy check: %v", err)

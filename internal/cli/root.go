@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -107,14 +108,24 @@ func addLogLevelFlag(cmd *cobra.Command) {
 	cmd.Flags().Var(&logLevelFlag{}, "log-level", "the broker's lines on stderr: quiet (only what ends the run), refusals (default: refused and failed requests), requests (also each completed one) or debug; default from $"+sandbox.LogEnv+". The journal has every request at any level")
 }
 
-// Main runs moat with args (without the program name) and returns the exit code.
-func Main(args []string) int {
+// Main runs moat with args (without the program name) and returns the
+// exit code. exts are what a second binary adds (cmd/moat-kubernetes:
+// internal/cli/k8sext); cmd/moat passes none.
+func Main(args []string, exts ...Extension) int {
+	extend(exts)
 	registerBackends()
 	if err := checkTestHooks(); err != nil {
 		fmt.Fprintf(os.Stderr, "moat: %v\n", err)
 		return ExitRefused
 	}
-	if code, ok := reexec.Dispatch(args, hidden); ok {
+	if len(args) > 0 && strings.HasPrefix(args[0], kubernetesHelperPrefix) && !hasHelper(args[0]) {
+		// A kubernetes helper asked of the lean binary: moat-kubernetes
+		// has it (handOff returns only when it cannot run it).
+		err := handOff("kubernetes")
+		fmt.Fprintf(os.Stderr, "moat: %v\n", err)
+		return ExitRefused
+	}
+	if code, ok := reexec.Dispatch(args, helpers()); ok {
 		return code
 	}
 	root := NewRoot()

@@ -61,6 +61,11 @@ it is not found.`,
 			if err != nil {
 				return err
 			}
+			if backend == "" {
+				if err := handOffBackend(pol.Backend); err != nil {
+					return err
+				}
+			}
 			if err := setAuditDir(pol, auditDir); err != nil {
 				return err
 			}
@@ -139,7 +144,9 @@ func newRunSummary(runDir string, code int, err error) runSummary {
 }
 
 // checkBackend refuses a backend name that is not registered, before any
-// work, listing the known ones (boundary's registry is the one list).
+// work, listing the known ones (boundary's registry, and the backends of
+// moat-kubernetes); a backend of moat-kubernetes that this binary lacks
+// hands the command to it (handOff).
 func checkBackend(name string) error {
 	if name == "" {
 		return nil
@@ -147,7 +154,10 @@ func checkBackend(name string) error {
 	_, err := boundary.Lookup(name)
 	var ue *boundary.UnknownBackendError
 	if errors.As(err, &ue) {
-		return exitf(ExitRefused, "refused: --backend: unknown backend %q (known: %s)", ue.Name, joinNames(ue.Known))
+		if _, ok := elsewhere[name]; ok {
+			return handOff(name)
+		}
+		return exitf(ExitRefused, "refused: --backend: unknown backend %q (known: %s)", ue.Name, joinNames(knownBackends()))
 	}
 	if err != nil {
 		return exitf(ExitRefused, "refused: --backend: %v", err)

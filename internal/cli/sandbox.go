@@ -97,6 +97,12 @@ crash) stays charged in full.`,
 			if err != nil {
 				return err
 			}
+			if backend == "" {
+				// The supervisor is this binary: it must have the backend.
+				if err := handOffBackend(p.Backend); err != nil {
+					return err
+				}
+			}
 			if err := setAuditDir(p, auditDir); err != nil {
 				return err
 			}
