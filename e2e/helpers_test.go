@@ -23,7 +23,8 @@ import (
 )
 
 // The e2e tests drive the real moat binary. MOAT_BIN names it (scripts/test
-// builds it); otherwise it is built once here.
+// builds it, with moat-kubernetes beside it); otherwise both are built
+// once here.
 var (
 	buildOnce sync.Once
 	builtBin  string
@@ -54,11 +55,17 @@ func moatBin(t *testing.T) string {
 		}
 		os.Chmod(dir, 0o755)
 		builtBin = filepath.Join(dir, "moat")
-		cmd := exec.Command("go", "build", "-o", builtBin, "github.com/moat-sandbox/moat/cmd/moat")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		// moat hands kubernetes commands to moat-kubernetes beside it.
+		for _, b := range []struct{ out, pkg string }{
+			{builtBin, "github.com/moat-sandbox/moat/cmd/moat"},
+			{filepath.Join(dir, "moat-kubernetes"), "github.com/moat-sandbox/moat/cmd/moat-kubernetes"},
+		} {
+			cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
+				return
+			}
 		}
 	})
 	if buildErr != nil {

@@ -3,8 +3,8 @@
 package e2e
 
 // Red team of the kubernetes backend (issue 20), against the real test
-// cluster (scripts/k8s-cluster, internal/k8stest). MOAT_BIN must be the
-// binary inside MOAT_K8S_IMAGE.
+// cluster (scripts/k8s-cluster, internal/k8stest). The moat-kubernetes
+// beside MOAT_BIN must be the binary inside MOAT_K8S_IMAGE.
 //
 // Attacks that did NOT work (why the code holds):
 //   - ICMP echo from a Pod under a deny-all NetworkPolicy to the node:

@@ -20,7 +20,8 @@ import (
 // The kubernetes backend against the real test cluster (scripts/k8s-cluster,
 // internal/k8stest): Ready from the measurement inside the Pod, the broker
 // off the Pod admitting the Pod's IP only, and Ready refused when the
-// NetworkPolicy is not enforced. MOAT_BIN must be the binary inside
+// NetworkPolicy is not enforced. The moat-kubernetes beside MOAT_BIN (to
+// which moat hands kubernetes commands) must be the binary inside
 // MOAT_K8S_IMAGE (the measurement's plan is moat's own format).
 
 // k8sPolicy writes a kubernetes policy for the cluster, in namespace ns.
