@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 
@@ -138,6 +139,27 @@ var forwardedHeaders = map[string]map[string]canonicalizer{
 	// credential) are deliberately absent.
 	wire.APIOpenAIChat:      {},
 	wire.APIOpenAIResponses: {},
+}
+
+// canonicalNames are the forwarded headers' names as net/http spells
+// them (http.CanonicalHeaderKey), computed once.
+var canonicalNames = func() map[string]string {
+	m := map[string]string{}
+	for _, hs := range forwardedHeaders {
+		for name := range hs {
+			m[name] = http.CanonicalHeaderKey(name)
+		}
+	}
+	return m
+}()
+
+// canonicalHeaderName is http.CanonicalHeaderKey(name) for a forwarded
+// header's lower-case name.
+func canonicalHeaderName(name string) string {
+	if c, ok := canonicalNames[name]; ok {
+		return c
+	}
+	return http.CanonicalHeaderKey(name)
 }
 
 // anthropicVersions are the anthropic-version values the broker forwards:

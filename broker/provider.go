@@ -39,7 +39,11 @@ type provider struct {
 	credEnv string
 	cred    string
 	pat     *pattern // the reflection guard's automaton for cred, built once
-	client  *http.Client
+	// The credential's header, canonical name and value, built once.
+	credHeader, credValue string
+	urls                  map[string]*url.URL // endpoint → upstream URL (url)
+	client                *http.Client
+	transport             http.RoundTripper // client's
 }
 
 func newProvider(pp *policy.Provider, cred string, override *http.Transport) (*provider, error) {
@@ -75,6 +79,19 @@ func newProvider(pp *policy.Provider, cred string, override *http.Transport) (*p
 			return nil, err
 		}
 	}
+	switch pp.API {
+	case wire.APIAnthropicMessages:
+		p.credHeader, p.credValue = "X-Api-Key", cred
+	default:
+		p.credHeader, p.credValue = "Authorization", "Bearer "+cred
+	}
+	p.urls = map[string]*url.URL{}
+	for _, ep := range wire.Endpoints(pp.API) {
+		if p.urls[ep], err = url.Parse(p.url(ep)); err != nil {
+			return nil, fmt.Errorf("moat: broker: provider %q: base_url %q with endpoint %s: %w", pp.Name, pp.BaseURL, ep, err)
+		}
+	}
+	p.transport = tr
 	p.client = &http.Client{
 		Transport: tr,
 		// Redirects are never followed: the 3xx comes back to forward,
@@ -154,16 +171,6 @@ func readCapped(path string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
 	}
 	return b, nil
-}
-
-// setCredential adds the provider's real credential in its API's header.
-func (p *provider) setCredential(h http.Header) {
-	switch p.api {
-	case wire.APIAnthropicMessages:
-		h.Set("X-Api-Key", p.cred)
-	default:
-		h.Set("Authorization", "Bearer "+p.cred)
-	}
 }
 
 // url is the upstream URL: base_url (with any path prefix) + the endpoint.

@@ -60,7 +60,12 @@ func writeHead(w *bufio.Writer, status int, hdr [][2]string) {
 	if text == "" {
 		text = "Status"
 	}
-	fmt.Fprintf(w, "HTTP/1.1 %d %s\r\n", status, text)
+	var num [20]byte
+	w.WriteString("HTTP/1.1 ")
+	w.Write(strconv.AppendInt(num[:0], int64(status), 10))
+	w.WriteByte(' ')
+	w.WriteString(text)
+	w.WriteString("\r\n")
 	for _, h := range hdr {
 		w.WriteString(h[0])
 		w.WriteString(": ")

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"compress/zlib"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -114,12 +113,32 @@ type scanner struct {
 	afterCR bool
 	data    []byte // the current event's joined data
 	hasData bool
+
+	walk jsonWalk   // walkJSON's buffers (scanjson.go)
+	slab []textView // views not yet used (newView)
 }
 
 // newScanner watches one response for the credential p recognises (the
 // provider's pattern, built once: newPattern).
 func newScanner(p *pattern) *scanner {
-	return &scanner{p: p, raw: newTextView(p), all: newTextView(p), streams: map[uint64]*textView{}}
+	s := &scanner{p: p, streams: map[uint64]*textView{}}
+	s.raw, s.all = s.newView(), s.newView()
+	return s
+}
+
+// viewSlab is how many text views a scanner allocates at once: an answer
+// has two streams per distinct JSON path, and a few dozen paths.
+const viewSlab = 16
+
+// newView is newTextView from the scanner's slab.
+func (s *scanner) newView() *textView {
+	if len(s.slab) == 0 {
+		s.slab = make([]textView, viewSlab)
+	}
+	v := &s.slab[0]
+	s.slab = s.slab[1:]
+	v.reset(s.p)
+	return v
 }
 
 // Write feeds p and reports whether the credential has been seen so far.
@@ -216,13 +235,12 @@ func (s *scanner) scanData(d []byte) {
 // feed appends text to the named stream (and to the whole-response stream
 // when all is set).
 func (s *scanner) feed(key string, text []byte, all bool) {
-	s.feedHashed(maphash.String(streamSeed, key), text, "", all)
+	s.feedHashed(maphash.String(streamSeed, key), text, all)
 }
 
 // feedHashed is feed for a stream named by the hash of its name (a
-// maphash with streamSeed of the name's bytes, written in any pieces), and
-// for text given as bytes or as a string.
-func (s *scanner) feedHashed(h uint64, text []byte, stext string, all bool) {
+// maphash with streamSeed of the name's bytes, written in any pieces).
+func (s *scanner) feedHashed(h uint64, text []byte, all bool) {
 	if s.hit || s.err != nil {
 		return
 	}
@@ -232,123 +250,12 @@ func (s *scanner) feedHashed(h uint64, text []byte, stext string, all bool) {
 			s.err = errUnscannable
 			return
 		}
-		v = newTextView(s.p)
+		v = s.newView()
 		s.streams[h] = v
-	}
-	if text == nil {
-		if v.writeString(stext) || (all && s.all.writeString(stext)) {
-			s.hit = true
-		}
-		return
 	}
 	if v.write(text) || (all && s.all.write(text)) {
 		s.hit = true
 	}
-}
-
-// jsonString is one decoded string of a JSON document and where it was.
-type jsonString struct {
-	val   string
-	path  string // member names, "[]" for array elements
-	obj   int    // innermost enclosing object, index into objs, or -1
-	field string // the member it is the value of
-}
-
-type jsonObj struct {
-	parent int
-	block  string // its blockNames members, "name=value;"
-}
-
-// walkJSON decodes every JSON document in d and feeds its strings to the
-// streams, in document order. It reports false when d does not start with
-// a JSON value.
-func (s *scanner) walkJSON(d []byte) bool {
-	dec := json.NewDecoder(bytes.NewReader(d))
-	dec.UseNumber()
-	type frame struct {
-		obj    int  // index into objs for an object, -1 for an array
-		owner  int  // innermost object around (or being) this container
-		key    bool // objects: the next token is a member name
-		member string
-		path   string
-	}
-	var (
-		stack []frame
-		strs  []jsonString
-		objs  []jsonObj
-		any   bool
-	)
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			break
-		}
-		any = true
-		n := len(stack)
-		if n > 0 && stack[n-1].obj >= 0 && stack[n-1].key {
-			if name, ok := tok.(string); ok {
-				stack[n-1].member, stack[n-1].key = name, false
-				continue
-			}
-		}
-		path, member, owner, blockObj := "", "", -1, -1
-		if n > 0 {
-			top := &stack[n-1]
-			owner = top.owner
-			if top.obj >= 0 {
-				path, member, blockObj = top.path+"."+top.member, top.member, top.obj
-			} else {
-				path = top.path + "[]"
-			}
-		}
-		switch t := tok.(type) {
-		case json.Delim:
-			switch t {
-			case '{':
-				objs = append(objs, jsonObj{parent: owner})
-				stack = append(stack, frame{obj: len(objs) - 1, owner: len(objs) - 1, key: true, path: path})
-				continue
-			case '[':
-				stack = append(stack, frame{obj: -1, owner: owner, path: path})
-				continue
-			}
-			stack = stack[:n-1]
-		case string:
-			strs = append(strs, jsonString{val: t, path: path, obj: owner, field: member})
-			if blockObj >= 0 && slices.Contains(blockNames, member) {
-				objs[blockObj].block += member + "=" + t + ";"
-			}
-		case json.Number:
-			if blockObj >= 0 && slices.Contains(blockNames, member) {
-				objs[blockObj].block += member + "=" + string(t) + ";"
-			}
-		}
-		// A value is complete: its object expects a member name next.
-		if k := len(stack); k > 0 && stack[k-1].obj >= 0 {
-			stack[k-1].key = true
-		}
-	}
-	// The stream names are "f:"+path and "b:"+path+"#"+blocks, hashed in
-	// pieces (the same hash as of the whole name) so that neither is built.
-	var mh maphash.Hash
-	mh.SetSeed(streamSeed)
-	for _, js := range strs {
-		all := !slices.Contains(structuralNames, js.field)
-		mh.Reset()
-		mh.WriteString("f:")
-		mh.WriteString(js.path)
-		s.feedHashed(mh.Sum64(), nil, js.val, all)
-		mh.Reset()
-		mh.WriteString("b:")
-		mh.WriteString(js.path)
-		mh.WriteByte('#')
-		for o := js.obj; o >= 0; o = objs[o].parent {
-			mh.WriteString(objs[o].block)
-			mh.WriteByte('/')
-		}
-		s.feedHashed(mh.Sum64(), nil, js.val, false)
-	}
-	return any
 }
 
 // scanBody scans a complete (content-decoded) body: bytes, SSE events and
@@ -374,10 +281,11 @@ func containsCredential(p *pattern, b []byte) bool {
 // concatenated (sorted by name), or in any ordered pair of the values that
 // are returned to the worker.
 func headReflects(p *pattern, status string, h http.Header) bool {
+	var tv textView // one view, reset for each check
 	one := func(parts ...string) bool {
-		v := newTextView(p)
+		tv.reset(p)
 		for _, s := range parts {
-			if v.write([]byte(s)) {
+			if tv.writeString(s) {
 				return true
 			}
 		}

@@ -254,14 +254,20 @@ type textView struct {
 }
 
 func newTextView(p *pattern) *textView {
-	v := &textView{p: p}
+	v := &textView{}
+	v.reset(p)
+	return v
+}
+
+// reset makes v a fresh view for p, as newTextView makes one.
+func (v *textView) reset(p *pattern) {
+	*v = textView{p: p}
 	for i := range v.hex {
 		v.hex[i].skip = uint8(i)
 	}
 	for i := range v.b64 {
 		v.b64[i].skip = uint8(i)
 	}
-	return v
 }
 
 // write feeds every byte of b and reports whether the credential was seen.

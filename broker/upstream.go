@@ -19,6 +19,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -54,7 +55,7 @@ func (b *Broker) forward(x *exchange, req *request, adm *wire.Request, fwd map[s
 	sum := sha256.Sum256(adm.Canonical)
 	rec := audit.InferenceRequested{
 		RequestID: x.id, Provider: p.name, API: x.api, Endpoint: x.endpoint, Model: adm.Model,
-		BodySHA256: hex.EncodeToString(sum[:]), ReservedTokens: adm.MaxTokens, Stream: adm.Stream,
+		BodySHA256: hexString(sum[:]), ReservedTokens: adm.MaxTokens, Stream: adm.Stream,
 		Attribution: b.attribution(x),
 	}
 	if len(fwd) > 0 {
@@ -70,26 +71,9 @@ func (b *Broker) forward(x *exchange, req *request, adm *wire.Request, fwd map[s
 	if b.failed.Load() {
 		return b.failRequest(x, ReasonRunFailed, 503, fmt.Sprintf("the run was stopped after a fatal event (%s); the request was not sent", b.fatalReason()))
 	}
-	hreq, err := http.NewRequestWithContext(b.ctx, http.MethodPost, p.url(x.endpoint), bytes.NewReader(adm.Canonical))
-	if err != nil {
-		return b.failRequest(x, ReasonInternal, 500, "BUG: building the upstream request: "+err.Error())
-	}
-	hreq.Header = make(http.Header, len(fwd)+6)
-	for name, v := range fwd {
-		hreq.Header.Set(name, v)
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept-Encoding", "gzip, deflate")
-	hreq.Header.Set("User-Agent", brokerUserAgent)
-	if adm.Stream {
-		hreq.Header.Set("Accept", "text/event-stream")
-	} else {
-		hreq.Header.Set("Accept", "application/json")
-	}
-	hreq.Header.Set(preEffectHeader, base64.StdEncoding.EncodeToString(line))
-	p.setCredential(hreq.Header)
+	hreq := p.newRequest(b.ctx, x.endpoint, adm.Canonical, fwd, adm.Stream, line)
 	faultPoint(FaultPreSend)
-	resp, err := p.client.Do(hreq)
+	resp, err := p.do(hreq)
 	if err != nil {
 		return b.upstreamFailed(x, err, ReasonUpstreamError, fmt.Sprintf("provider %q could not be reached", p.name))
 	}
@@ -104,14 +88,15 @@ func (b *Broker) forward(x *exchange, req *request, adm *wire.Request, fwd map[s
 	if err != nil {
 		return b.upstreamFailed(x, err, ReasonUpstreamEncoding, fmt.Sprintf("provider %q sent a response moat cannot inspect", p.name))
 	}
-	hdr := [][2]string{{"Moat-Request-Id", x.id}}
+	hdr := make([][2]string, 1, 2+len(returnedHeaders)+3)
+	hdr[0] = [2]string{"Moat-Request-Id", x.id}
 	for _, name := range returnedHeaders {
 		if v := resp.Header.Get(name); v != "" {
 			hdr = append(hdr, [2]string{name, v})
 		}
 	}
 	x.w.charge.deadline = time.Now().Add(b.readTimeout)
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "text/event-stream" {
+	if isEventStream(resp.Header.Get("Content-Type")) {
 		// A stream that starts with a compression header is read whole:
 		// its layers are decoded and scanned before anything is released.
 		br := bufio.NewReaderSize(body, 16)
@@ -147,7 +132,7 @@ func (b *Broker) forward(x *exchange, req *request, adm *wire.Request, fwd map[s
 	u := usageOf(data)
 	b.closeBudget(x, &u)
 	_, wait, ok := b.appendAsync(audit.InferenceCompleted{RequestID: x.id, Status: resp.StatusCode,
-		ResponseSHA256: hex.EncodeToString(rsum[:]), ResponseBytes: int64(len(data)), Usage: u}, true)
+		ResponseSHA256: hexString(rsum[:]), ResponseBytes: int64(len(data)), Usage: u}, true)
 	if !ok {
 		return b.answerFailure(x, ReasonAuditFailure, 503, "the run's audit journal failed; the response is withheld and the run is ending")
 	}
@@ -159,6 +144,96 @@ func (b *Broker) forward(x *exchange, req *request, adm *wire.Request, fwd map[s
 	}
 	b.logDecision(x, slog.LevelInfo, decisionCompleted, "", "")
 	return werr == nil
+}
+
+// newRequest builds the upstream request of an admitted body: the
+// worker headers forwarded (fwd, lower-case names, canonical values), then
+// the broker's own, the pre-effect record (line) and the credential. Its
+// header values share one array (each a slice of capacity one).
+func (p *provider) newRequest(ctx context.Context, endpoint string, body []byte, fwd map[string]string, stream bool, line []byte) *http.Request {
+	u := *p.urls[endpoint]
+	vals := make([]string, 0, len(fwd)+7)
+	h := make(http.Header, len(fwd)+7)
+	set := func(name, v string) {
+		vals = append(vals, v)
+		h[name] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+	for name, v := range fwd {
+		set(canonicalHeaderName(name), v)
+	}
+	set("Content-Type", "application/json")
+	set("Accept-Encoding", "gzip, deflate")
+	set("User-Agent", brokerUserAgent)
+	if stream {
+		set("Accept", "text/event-stream")
+	} else {
+		set("Accept", "application/json")
+	}
+	set(preEffectHeader, base64String(line))
+	set(p.credHeader, p.credValue)
+	r := &http.Request{
+		Method:        http.MethodPost,
+		URL:           &u,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        h,
+		Body:          io.NopCloser(bytes.NewReader(body)),
+		GetBody:       func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil },
+		ContentLength: int64(len(body)),
+		Host:          strings.TrimSuffix(u.Host, ":"), // as http.NewRequest: an empty port dropped
+	}
+	return r.WithContext(ctx)
+}
+
+// do sends r on the provider's transport as http.Client.Do would with
+// this client (no jar, no timeout, redirects returned unfollowed), without
+// the client's copy of every header kept for redirects that are never
+// followed. Its error is the client's *url.Error.
+func (p *provider) do(r *http.Request) (*http.Response, error) {
+	resp, err := p.transport.RoundTrip(r)
+	if err != nil {
+		return nil, &url.Error{Op: "Post", URL: r.URL.String(), Err: err}
+	}
+	return resp, nil
+}
+
+// base64String is base64.StdEncoding.EncodeToString with one allocation
+// instead of two.
+func base64String(b []byte) string {
+	const in = 768 // a multiple of 3: no padding inside
+	var chunk [in / 3 * 4]byte
+	var sb strings.Builder
+	sb.Grow(base64.StdEncoding.EncodedLen(len(b)))
+	for len(b) > 0 {
+		n := min(len(b), in)
+		m := base64.StdEncoding.EncodedLen(n)
+		base64.StdEncoding.Encode(chunk[:m], b[:n])
+		sb.Write(chunk[:m])
+		b = b[n:]
+	}
+	return sb.String()
+}
+
+// hexString is hex.EncodeToString of a sha256 sum with one allocation.
+func hexString(sum []byte) string {
+	var buf [2 * sha256.Size]byte
+	if len(sum) > sha256.Size {
+		return hex.EncodeToString(sum)
+	}
+	n := hex.Encode(buf[:], sum)
+	return string(buf[:n])
+}
+
+// isEventStream reports whether a Content-Type names text/event-stream,
+// as mime.ParseMediaType reads it; the common JSON answer is recognised
+// without parsing.
+func isEventStream(ct string) bool {
+	if ct == "application/json" {
+		return false
+	}
+	mt, _, _ := mime.ParseMediaType(ct)
+	return mt == "text/event-stream"
 }
 
 // readBufs holds readResponse's scratch buffers: one of streamReadBytes
@@ -286,7 +361,7 @@ func (b *Broker) stream(x *exchange, status int, hdr [][2]string, body io.Reader
 	}
 	b.closeBudget(x, &usage.u)
 	_, wait, ok := b.appendAsync(audit.InferenceCompleted{RequestID: x.id, Status: status,
-		ResponseSHA256: hex.EncodeToString(sum.Sum(nil)), ResponseBytes: total, Usage: usage.u}, true)
+		ResponseSHA256: hexString(sum.Sum(nil)), ResponseBytes: total, Usage: usage.u}, true)
 	if !ok {
 		return false // the stream is cut short without its terminating chunk
 	}
