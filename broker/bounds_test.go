@@ -31,6 +31,12 @@ func (l *lockedBuffer) Len() int {
 	return l.b.Len()
 }
 
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 func withLog(buf *lockedBuffer) func(*Config) {
 	return func(c *Config) { c.Log = slog.New(slog.NewTextHandler(buf, nil)) }
 }

@@ -162,6 +162,7 @@ type Broker struct {
 
 	maxRefusals int64        // policy inference.max_refusals
 	refusals    atomic.Int64 // refusals so far
+	keyless     atomic.Int64 // refusals for want of the workload key (refuseKeyless)
 	maxBytes    int64        // policy audit.max_bytes
 	written     atomic.Int64 // bytes of the broker's journal lines, LF included
 
@@ -637,7 +638,7 @@ func (b *Broker) logDecision(x *exchange, level slog.Level, decision string, rea
 // may be kept.
 func (b *Broker) handle(x *exchange, req *request) bool {
 	if fe := checkWorkloadKey(b.workloadKey(), req); fe != nil {
-		return b.refuse(x, fe)
+		return b.refuseKeyless(x, fe)
 	}
 	if b.cfg.Tools != nil && strings.HasPrefix(req.path, ToolsPathPrefix) {
 		return b.serveTools(x, req)
@@ -801,8 +802,47 @@ func (b *Broker) refuse(x *exchange, fe *frontError) bool {
 	return false
 }
 
+// Refusals for want of the workload key. With a per-sandbox key
+// (Config.WorkloadKey) the listener can be reached by others than the
+// sandbox, and a request without the key may come from any of them: on
+// Kubernetes, a neighbour Pod forging the sandbox's address. Such a
+// refusal does not count toward inference.max_refusals, or a neighbour
+// could end the sandbox's run by sending keyless requests. Its cost is
+// bounded instead: the first keylessJournaled are journaled and logged
+// as any refusal is; after them only the n-th for n a power of two, its
+// detail giving n, so a flood of them grows the journal and the log by a
+// few records per doubling. A workload that holds the key and sends bad
+// requests still ends its run at inference.max_refusals; only requests
+// without the key are counted here.
+const keylessJournaled = 32
+
+// refuseKeyless refuses a request that did not carry the workload key
+// (checkWorkloadKey) as refuse does, except that it is not counted toward
+// inference.max_refusals and only some of them are journaled.
+func (b *Broker) refuseKeyless(x *exchange, fe *frontError) bool {
+	msg := wire.BoundTo(refusalPrefix+fe.Msg, MaxDetailBytes)
+	x.status = fe.Status
+	n := b.keyless.Add(1)
+	if n <= keylessJournaled || n&(n-1) == 0 {
+		detail := msg
+		if n >= keylessJournaled {
+			detail = wire.BoundTo(fmt.Sprintf("%s (request %d without this sandbox's broker key; they do not count toward inference.max_refusals, and after the first %d only the n-th for n a power of two is journaled)",
+				msg, n, keylessJournaled), MaxDetailBytes)
+		}
+		b.logDecision(x, slog.LevelWarn, decisionRefused, fe.Code, detail)
+		b.append(audit.InferenceRefused{RequestID: x.id, Reason: string(fe.Code), Detail: detail,
+			Provider: x.providerName(), Endpoint: x.endpoint, Attribution: b.attribution(x)})
+	}
+	writeError(x.w.bw, x.api, fe.Status, fe.Code, msg, x.id)
+	return false
+}
+
 func newRequestID() string {
+	const prefix = "moatreq_"
 	var r [12]byte
 	rand.Read(r[:])
-	return "moatreq_" + hex.EncodeToString(r[:])
+	var s [len(prefix) + 2*len(r)]byte
+	copy(s[:], prefix)
+	hex.Encode(s[len(prefix):], r[:])
+	return string(s[:])
 }

@@ -166,3 +166,64 @@ func TestNewRefusesWeakWorkloadKey(t *testing.T) {
 		}
 	}
 }
+
+// TestKeylessRefusalsBounded: with a per-sandbox key, requests without it
+// (a neighbour forging the sandbox's address) are refused but do not
+// count toward inference.max_refusals, so they cannot end the run; their
+// journal records are bounded (the first keylessJournaled, then one per
+// doubling). Control in the same broker: the workload's own request with
+// the key is served after them, and its bad requests with the key still
+// end the run at max_refusals as before.
+func TestKeylessRefusalsBounded(t *testing.T) {
+	key := NewWorkloadKey()
+	var logBuf lockedBuffer
+	fp := newFakeProvider(t, false)
+	pol := testPolicy(fp.srv.URL, 10)
+	pol.Inference.MaxRefusals = 3
+	h := startBroker(t, fp, pol, nil, withLog(&logBuf), func(c *Config) { c.WorkloadKey = key })
+	const sent = 130 // journaled: the first 32, the 64th and the 128th
+	for i := range sent {
+		creds := []string{"X-Api-Key: " + Placeholder}
+		if i%2 == 1 {
+			creds = nil
+		}
+		if r := h.raw(postWith("/v1/messages", anthropicBody, creds...)); r.status != 403 || r.header.Get("Moat-Reason") != string(ReasonCredentialHeader) {
+			t.Fatalf("keyless request %d: status %d, reason %q; want 403 credential_header", i+1, r.status, r.header.Get("Moat-Reason"))
+		}
+	}
+	noFatal(t, h)
+	recs := h.records("inference.refused")
+	if want := keylessJournaled + 2; len(recs) != want {
+		t.Errorf("%d refusal records for %d keyless requests, want %d", len(recs), sent, want)
+	}
+	if d, _ := recs[len(recs)-1]["detail"].(string); !strings.Contains(d, "request 128 without this sandbox's broker key") {
+		t.Errorf("the last keyless record's detail %q does not give its count", d)
+	}
+	if strings.Contains(journalText(h), key) || strings.Contains(logBuf.String(), key) {
+		t.Error("the journal or the log holds the workload key")
+	}
+	if lines := strings.Count(logBuf.String(), "moat.broker refused"); lines != keylessJournaled+2 {
+		t.Errorf("%d refusal log lines, want %d", lines, keylessJournaled+2)
+	}
+	// The workload with the key: served, and its own refusals still end
+	// the run at inference.max_refusals.
+	before := fp.count()
+	if r := h.raw(postWith("/v1/messages", anthropicBody, "X-Api-Key: "+key)); r.status != 200 {
+		t.Fatalf("request with the key after %d keyless ones: status %d, want 200: %s", sent, r.status, r.body)
+	}
+	if fp.count() != before+1 {
+		t.Fatal("the request with the key did not reach the provider")
+	}
+	bad := postWith("/v1/messages", strings.Replace(anthropicBody, "claude-test", "not-allowed", 1), "X-Api-Key: "+key)
+	for i := range 3 {
+		if r := h.raw(bad); r.status != 400 {
+			t.Fatalf("refusal %d with the key: status %d, want 400", i+1, r.status)
+		}
+	}
+	noFatal(t, h)
+	if r := h.raw(bad); r.status != 400 {
+		t.Fatalf("refusal 4 with the key: status %d, want 400", r.status)
+	}
+	expectFatal(t, h, ReasonRefusalLimit)
+	h.j.verifyAll(t)
+}
