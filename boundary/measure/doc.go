@@ -81,7 +81,7 @@
 // request_attribution: the helper's broker connection (made while no
 // probe that forks runs, so that no forked child shares its socket; the
 // exec control's child was started before it, and the probes that fork
-// run one at a time after it) is attributed by the
+// start after it) is attributed by the
 // sandbox's Attributor to the helper's host pid and to the sha256 of the
 // moat binary. A backend that declares attribution unavailable gets the
 // property marked Unavailable with its reason (the check is still run and

@@ -92,12 +92,11 @@ func Main(args []string) int {
 // returned. The broker connection is made while no probe that forks runs:
 // while the host attributes it, no child may be mid-fork holding a copy
 // of the socket (that would make the attribution ambiguous, and rightly
-// refused). The probes that fork then run one at a time, after it: the
-// children of one never count against another's fork (pids.max,
-// RLIMIT_NPROC), as when every probe ran in turn. The other probes
-// neither fork nor share a limit that one of them could exhaust for
-// another (a handful of fds each, against RLIMIT_NOFILE), and run beside
-// both, probeWorkers at a time; a probe whose child is already running
+// refused). The probes that fork start after it, together (a child that
+// cannot be made for want of a process says error, never failed: see
+// outOfProcesses). The other probes neither fork nor share a limit that
+// one of them could exhaust for another (a handful of fds each, against
+// RLIMIT_NOFILE), and run beside them, probeWorkers at a time; a probe whose child is already running
 // (waiting reports whether i is one) is waited for without a worker.
 func schedule(probes []probe, waiting func(i int) bool, run func(i int)) {
 	var wg sync.WaitGroup
@@ -111,7 +110,11 @@ func schedule(probes []probe, waiting func(i int) bool, run func(i int)) {
 		}
 		for i, p := range probes {
 			if forks(p.Op) {
-				run(i)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					run(i)
+				}()
 			}
 		}
 	}()
