@@ -15,10 +15,34 @@
 //	    readOnlyRootFilesystem, seccomp RuntimeDefault, no service-account
 //	    token, no host network/PID/IPC, no service links; a private /tmp
 //	    (emptyDir in memory) and the grants as volumes
-//	    └─ moat __moat-k8s-pause            (the container's process)
-//	    └─ exec: moat __moat-k8s-stage CFG  (measurement, workload, exec):
-//	       environment and working directory from CFG, moat's seccomp
-//	       filter, then the command
+//	    └─ moat __moat-k8s-pause        (the container's process)
+//	    └─ exec: moat __moat-k8s-stage  (measurement, workload, exec):
+//	       command, environment and working directory from the frame
+//	       at the head of its stdin, moat's seccomp filter, then the
+//	       command, with the rest of stdin
+//
+// # What the exec request carries
+//
+// The exec API takes a command and the streams, and the command is
+// written into the API server's request log and, at high verbosity, the
+// kubelet's and the runtime's. The workload's environment holds the
+// per-sandbox broker key (the SDK variables carry it), so nothing of a
+// process's configuration is in the command: it is the fixed
+// "moat __moat-k8s-stage", and the configuration (command, environment,
+// working directory) travels as a frame at the head of the exec's stdin:
+// 8 bytes "moatstg1", the JSON's length (4 bytes, big-endian, at most
+// 96 KiB), the JSON. The stage reads exactly that and decodes it
+// strictly (a wrong magic, a bad length, a stream cut short or an
+// unknown member is refused, exit 125, before anything runs); what
+// follows is the workload's stdin, untouched, or /dev/null when moat had
+// none to give. A terminal exec's stdin passes the Pod terminal's line
+// discipline (echo, line editing) before anyone reads it, so there the
+// frame goes first to an exec of its own without a terminal
+// ("__moat-k8s-stage save"), which saves it in the Pod's private /tmp,
+// and the terminal's exec ("__moat-k8s-stage load ID SHA256") runs it
+// only with that digest (a random nonce in the frame: the digest tells
+// nothing of it) and removes it. The exec's streams themselves are TLS
+// from moat to the API server and on to the kubelet.
 //
 // # Egress interception on Kubernetes
 //

@@ -1,16 +1,20 @@
 package kubernetes
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
-	"github.com/go-json-experiment/json"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
@@ -18,18 +22,35 @@ import (
 	"github.com/moat-sandbox/moat/boundary"
 )
 
-// stageConfig is what the stage inside the Pod is given, as its one
-// argument: the Kubernetes exec API carries a command and nothing else,
-// so the environment and working directory travel here.
+// stageConfig is what the stage inside the Pod is given. The Kubernetes
+// exec API carries a command and the streams and nothing else, and the
+// command is written into the API server's request log, the kubelet's
+// and the runtime's at high verbosity; so the environment (the
+// per-sandbox broker key among it), working directory and the command
+// itself travel as a frame at the head of the exec's stdin
+// (writeStageFrame), never in its command: the command is moat's binary,
+// the stage's name and, for a terminal, a stage id and a digest.
 type stageConfig struct {
 	ID   string   `json:"id"`
 	Argv []string `json:"argv"`
 	Env  []string `json:"env"`
 	Dir  string   `json:"dir"`
+	// Stdin is whether the workload has the stream after the frame as
+	// its stdin; when false the stage gives it /dev/null.
+	Stdin bool `json:"stdin"`
+	// Nonce is random for a configuration saved for a terminal exec
+	// (saveStageConfig), so that the digest in that exec's command tells
+	// nothing about the environment.
+	Nonce string `json:"nonce,omitempty"`
 }
 
-// maxStageConfigBytes bounds the stage's argument (one argv element).
+// maxStageConfigBytes bounds the stage's configuration (the frame's
+// JSON).
 const maxStageConfigBytes = 96 << 10
+
+// configTimeout bounds the exec that saves a terminal exec's
+// configuration in the Pod.
+const configTimeout = 30 * time.Second
 
 // signalTimeout bounds the exec that delivers a signal.
 const signalTimeout = 15 * time.Second
@@ -69,16 +90,47 @@ func (s *sandbox) start(ctx context.Context, argv []string, p boundary.Process) 
 	if env == nil {
 		env = []string{}
 	}
-	b, err := json.Marshal(stageConfig{ID: id, Argv: argv, Env: env, Dir: dir})
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxStageConfigBytes {
-		return nil, &boundary.StartError{Code: boundary.ExitRefused, Msg: fmt.Sprintf("command and environment take %d bytes, at most %d on the kubernetes backend", len(b), maxStageConfigBytes)}
-	}
-	opts := remotecommand.StreamOptions{Stdin: p.Stdin, Stdout: p.Stdout, Stderr: p.Stderr}
+	cfg := stageConfig{ID: id, Argv: argv, Env: env, Dir: dir}
+	opts := remotecommand.StreamOptions{Stdout: p.Stdout, Stderr: p.Stderr}
+	var command []string
 	var tty *os.File // a duplicate: the caller closes p.TTY once Start returns
-	if p.TTY != nil {
+	if p.TTY == nil {
+		// The frame, then the caller's stdin: the stage reads the frame
+		// and no further, and the workload has the rest. Without the
+		// caller's stdin the stream ends after the frame and the stage
+		// gives the workload /dev/null.
+		cfg.Stdin = p.Stdin != nil
+		frame, err := encodeStageFrame(cfg)
+		if err != nil {
+			return nil, err
+		}
+		opts.Stdin = bytes.NewReader(frame)
+		if p.Stdin != nil {
+			opts.Stdin = io.MultiReader(opts.Stdin, p.Stdin)
+		}
+		command = []string{MoatInImage, StageHelper}
+	} else {
+		// A terminal's input passes the line discipline of the Pod's
+		// terminal (echo, line editing, a bounded line) before any
+		// process reads it, so the frame cannot go ahead of the user's
+		// keys there: an exec of its own, without a terminal, saves it
+		// in the Pod, and the terminal's exec names it by id and its
+		// SHA-256 (random Nonce: the digest tells nothing of the
+		// environment).
+		var nonce [16]byte
+		if _, err := rand.Read(nonce[:]); err != nil {
+			return nil, err
+		}
+		cfg.Stdin, cfg.Nonce = true, hex.EncodeToString(nonce[:])
+		frame, err := encodeStageFrame(cfg)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.saveStageConfig(ctx, frame); err != nil {
+			return nil, err
+		}
+		sum := sha256.Sum256(frame)
+		command = []string{MoatInImage, StageHelper, stageLoad, id, hex.EncodeToString(sum[:])}
 		if err := makeRaw(p.TTY); err != nil {
 			return nil, fmt.Errorf("terminal: %w", err)
 		}
@@ -87,7 +139,7 @@ func (s *sandbox) start(ctx context.Context, argv []string, p boundary.Process) 
 		}
 		opts = remotecommand.StreamOptions{Stdin: tty, Stdout: tty, Tty: true, TerminalSizeQueue: newSizeQueue(tty)}
 	}
-	exe, err := s.executor([]string{MoatInImage, StageHelper, string(b)}, opts.Stdin != nil, opts.Stdout != nil, opts.Stderr != nil, opts.Tty)
+	exe, err := s.executor(command, true, opts.Stdout != nil, opts.Stderr != nil, opts.Tty)
 	if err != nil {
 		if tty != nil {
 			tty.Close()
@@ -126,13 +178,42 @@ func (s *sandbox) start(ctx context.Context, argv []string, p boundary.Process) 
 	return pr, nil
 }
 
+// saveStageConfig has the stage in the Pod save frame (read from its
+// stdin) for a terminal exec to load: that exec's stdin is the terminal.
+func (s *sandbox) saveStageConfig(ctx context.Context, frame []byte) error {
+	exe, err := s.executor([]string{MoatInImage, StageHelper, stageSave}, true, false, true, false)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, configTimeout)
+	defer cancel()
+	var stderr bytes.Buffer
+	if err := exe.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: bytes.NewReader(frame), Stderr: &stderr}); err != nil {
+		if exitCode(err) < 0 {
+			s.checkEnded()
+		}
+		msg := strings.TrimSpace(stderr.String())
+		if len(msg) > 512 {
+			msg = msg[:512] + "..."
+		}
+		return fmt.Errorf("kubernetes: saving the terminal exec's configuration in the Pod: %w (%s)", err, msg)
+	}
+	return nil
+}
+
 // executor makes the exec request for command in the Pod's container.
+// Nothing secret may be in command: the API server's request log and
+// the kubelet's and runtime's logs record it (the stage's configuration
+// goes over stdin, see stageConfig).
 func (s *sandbox) executor(command []string, stdin, stdout, stderr, tty bool) (remotecommand.Executor, error) {
+	o := &corev1.PodExecOptions{Container: containerName, Command: command, Stdin: stdin, Stdout: stdout, Stderr: stderr && !tty, TTY: tty}
+	if s.newExecutor != nil {
+		return s.newExecutor(o)
+	}
 	if s.cfg == nil {
 		return nil, errors.New("kubernetes: no client configuration for exec")
 	}
-	u := s.cs.ExecURL(s.ns, s.name, &corev1.PodExecOptions{Container: containerName, Command: command, Stdin: stdin, Stdout: stdout, Stderr: stderr && !tty, TTY: tty})
-	return remotecommand.NewSPDYExecutor(s.cfg, "POST", u)
+	return remotecommand.NewSPDYExecutor(s.cfg, "POST", s.cs.ExecURL(s.ns, s.name, o))
 }
 
 // proc is one exec in the Pod.

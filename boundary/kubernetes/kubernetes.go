@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/klog/v2"
 
 	"github.com/moat-sandbox/moat/boundary"
@@ -249,6 +250,10 @@ type sandbox struct {
 	nextID    int
 	stopWatch chan struct{}
 	termOnce  sync.Once
+
+	// newExecutor, when set (tests), makes the exec requests in place
+	// of the SPDY executor over cfg.
+	newExecutor func(*corev1.PodExecOptions) (remotecommand.Executor, error)
 }
 
 // waitRunning waits until the Pod runs and has an IP.

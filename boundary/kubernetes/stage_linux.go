@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/moat-sandbox/moat/boundary"
 	"github.com/moat-sandbox/moat/boundary/seccomp"
+	"github.com/moat-sandbox/moat/internal/fsutil"
 )
 
 // filterOptions are the Options of the seccomp filter the stage installs
@@ -34,25 +36,49 @@ var filterOptions = seccomp.Options{AllowUnixSockets: true, IPv4Only: true}
 func (*backend) SeccompOptions() seccomp.Options { return filterOptions }
 
 // procDir is where the stage records the pid of each process it starts,
-// so that SignalMain can find it: in the Pod's private /tmp.
-const procDir = "/tmp/.moat-procs"
+// so that SignalMain can find it, and saves a terminal exec's
+// configuration: in the Pod's private /tmp (the tests' TestMain sets
+// another).
+var procDir = "/tmp/.moat-procs"
 
 // StageMain runs inside the Pod in front of every process moat starts
-// there (the exec API gives a command and nothing else): it sets the
-// environment and working directory from its one argument (a
-// stageConfig), records its pid, installs moat's seccomp filter and
-// executes the command on the same thread. Exit 127 when the command is
-// not found, 126 when it cannot be executed, 125 when it cannot be
-// confined.
+// there (the exec API gives a command and nothing else): it reads its
+// configuration (a stageConfig) from the frame at the head of its stdin
+// and not a byte past it, sets the environment and working directory,
+// records its pid, installs moat's seccomp filter and executes the
+// command on the same thread, which has the rest of stdin (or /dev/null
+// when moat had none to give). With `save` it only saves the frame for a
+// terminal exec; with `load ID SHA256` it runs the frame saved for ID
+// (its stdin is the terminal). Exit 127 when the command is not found,
+// 126 when it cannot be executed, 125 when it cannot be confined or its
+// configuration is refused.
 func StageMain(args []string) int {
-	if len(args) != 1 {
-		fmt.Fprintln(os.Stderr, "moat: kubernetes stage: want one argument, the stage configuration")
-		return boundary.ExitRefused
+	var (
+		cfg stageConfig
+		err error
+	)
+	switch {
+	case len(args) == 0:
+		cfg, _, err = readStageFrame(fdReader(0))
+	case len(args) == 1 && args[0] == stageSave:
+		err = saveStage(procDir, fdReader(0))
+		if err == nil {
+			return 0
+		}
+	case len(args) == 3 && args[0] == stageLoad:
+		cfg, err = loadStageConfig(procDir, args[1], args[2])
+	default:
+		err = errors.New("unexpected arguments: the configuration comes on stdin, never in the command (is the image's moat another version than the host's?)")
 	}
-	cfg, err := decodeStageConfig(args[0])
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "moat: kubernetes stage: %v\n", err)
 		return boundary.ExitRefused
+	}
+	if !cfg.Stdin {
+		if err := devNullStdin(); err != nil {
+			fmt.Fprintf(os.Stderr, "moat: refused: stdin from /dev/null: %v\n", err)
+			return boundary.ExitRefused
+		}
 	}
 	if err := os.MkdirAll(procDir, 0o700); err == nil {
 		os.WriteFile(filepath.Join(procDir, cfg.ID), []byte(strconv.Itoa(os.Getpid())), 0o600)
@@ -91,6 +117,64 @@ func StageMain(args []string) int {
 		return boundary.ExitNotFound
 	}
 	return boundary.ExitCannotExec
+}
+
+// saveStage reads one frame from r, which must end after it, and saves
+// it in dir under its id (replacing, not following, what is there).
+func saveStage(dir string, r io.Reader) error {
+	cfg, frame, err := readStageFrame(r)
+	if err != nil {
+		return err
+	}
+	if cfg.Nonce == "" {
+		return errors.New("a configuration to save has no nonce")
+	}
+	var b [1]byte
+	if n, err := r.Read(b[:]); n != 0 || err != io.EOF {
+		return errors.New("stdin goes on after the configuration to save")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return fsutil.WriteFileAtomic(filepath.Join(dir, stageFileName(cfg.ID)), frame, 0o600)
+}
+
+// fdReader reads a descriptor with read(2) and nothing in between (no
+// buffer, no poller): what the stage does not read stays for the
+// command it executes.
+type fdReader int
+
+func (fd fdReader) Read(b []byte) (int, error) {
+	for {
+		n, err := unix.Read(int(fd), b)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			// A non-blocking stdin: wait for it, and leave its flags
+			// as the runtime set them for the command.
+			if _, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, -1); err != nil && err != unix.EINTR {
+				return 0, err
+			}
+			continue
+		case err != nil:
+			return 0, err
+		case n == 0 && len(b) > 0:
+			return 0, io.EOF
+		}
+		return n, nil
+	}
+}
+
+// devNullStdin makes /dev/null the descriptor 0 that the command
+// inherits.
+func devNullStdin() error {
+	fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Dup3(fd, 0, 0)
 }
 
 // SignalMain delivers a signal to a process a stage started: `moat
