@@ -75,14 +75,7 @@ func runStarted(w *Writer) RunStarted {
 func buildJournal(t testing.TB) testJournal {
 	t.Helper()
 	w, priv := newTestWriter(t)
-	var lines [][]byte
-	for _, r := range append(append([]Record{runStarted(w)}, sampleRecords()...), RunTerminated{Reason: ReasonCompleted, ExitCode: 3}) {
-		l, err := w.Append(r)
-		if err != nil {
-			t.Fatalf("Append(%s): %v", r.RecordType(), err)
-		}
-		lines = append(lines, l)
-	}
+	lines := appendAll(t, w, append(append([]Record{runStarted(w)}, sampleRecords()...), RunTerminated{Reason: ReasonCompleted, ExitCode: 3})...)
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}

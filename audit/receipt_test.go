@@ -47,14 +47,7 @@ func receiptJournal(t testing.TB) testJournal {
 		InferenceCompleted{RequestID: "moatreq_000000000000000000000005", Status: 200, ResponseSHA256: strings.Repeat("b", 64),
 			ResponseBytes: 9, Usage: Usage{InputTokens: 1, OutputTokens: 2}},
 	}
-	var lines [][]byte
-	for _, r := range recs {
-		l, err := w.Append(r)
-		if err != nil {
-			t.Fatalf("Append(%s): %v", r.RecordType(), err)
-		}
-		lines = append(lines, l)
-	}
+	lines := appendAll(t, w, recs...)
 	raw, err := os.ReadFile(w.JournalPath())
 	if err != nil {
 		t.Fatal(err)
