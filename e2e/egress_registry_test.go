@@ -3,25 +3,16 @@
 package e2e
 
 import (
-	"archive/tar"
-	"archive/zip"
-	"bytes"
-	"compress/gzip"
 	"crypto/sha1"
 	"crypto/sha256"
 	"crypto/sha512"
-	"crypto/tls"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/moat-sandbox/moat/internal/testenv"
@@ -58,22 +49,15 @@ func TestEgressTunnelRegistries(t *testing.T) {
 	}
 	bin := hooksBin(t)
 	e := newEnv(t)
-	caPEM, srvCert := egressTestCerts(t)
-	ln, err := net.Listen("tcp", "127.0.0.2:0")
-	testenv.Need(t, err == nil, "cannot listen on 127.0.0.2")
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	whl := demoWheel(t)
-	tgz := demoTarball(t)
+	up := listenUpstream(t)
+	whl := namedWheel(t, "demo_pkg", "1.0")
+	tgz := pkgTarball(t, "demo-pkg", "1.0.0", "module.exports = 42;\n")
 	whlSum := sha256.Sum256(whl)
 	sha1Sum := sha1.Sum(tgz)
 	sha512Sum := sha512.Sum512(tgz)
-	var mu sync.Mutex
-	var paths []string
-	base := "https://egress.test:" + port
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		paths = append(paths, r.TLS.ServerName+" "+r.URL.Path)
-		mu.Unlock()
+	base := "https://egress.test:" + up.port
+	up.serve(func(w http.ResponseWriter, r *http.Request) {
+		up.see(r.TLS.ServerName + " " + r.URL.Path)
 		switch r.URL.Path {
 		case "/simple/demo-pkg/":
 			fmt.Fprintf(w, `<!DOCTYPE html><html><body><a href="%s/files/demo_pkg-1.0-py3-none-any.whl#sha256=%s">demo_pkg-1.0-py3-none-any.whl</a></body></html>`, base, hex.EncodeToString(whlSum[:]))
@@ -88,21 +72,12 @@ func TestEgressTunnelRegistries(t *testing.T) {
 		default:
 			http.NotFound(w, r)
 		}
-	}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{srvCert}}}
-	go srv.ServeTLS(ln, "", "")
-	defer srv.Close()
-	writeFile(t, filepath.Join(e.workspace, "ca.pem"), caPEM)
-	pol := e.policy(fmt.Sprintf("egress:\n  hosts:\n    - {host: egress.test, port: %s}\n", port))
-	writeFile(t, pol, strings.Replace(readFile(t, pol), "env: {PATH: /usr/bin:/bin}",
-		fmt.Sprintf("env: {PATH: /usr/bin:/bin, WS: %s, P: \"%s\"}", e.workspace, port), 1))
-	cmd := exec.Command(bin, "run", "--policy", pol, "--", "/bin/sh", "-c", egressRegistryScript)
-	cmd.Dir = e.dir
-	cmd.Env = append(os.Environ(), "MOAT_STATE_DIR="+e.stateDir, "MOAT_TEST_GLOBAL_ADDR=127.0.0.2",
-		"MOAT_TEST_HOSTS=egress.test=127.0.0.2;evil.test=127.0.0.2")
-	var so, se strings.Builder
-	cmd.Stdout, cmd.Stderr = &so, &se
-	cmd.Run()
-	r := result{so.String(), se.String(), cmd.ProcessState.ExitCode()}
+	})
+	writeFile(t, filepath.Join(e.workspace, "ca.pem"), up.caPEM)
+	pol := e.policy(fmt.Sprintf("egress:\n  hosts:\n    - {host: egress.test, port: %s}\n", up.port))
+	setPolicyEnv(t, pol, fmt.Sprintf("PATH: /usr/bin:/bin, WS: %s, P: \"%s\"", e.workspace, up.port))
+	r := e.runHooks(t.Context(), bin, []string{"MOAT_TEST_HOSTS=egress.test=127.0.0.2;evil.test=127.0.0.2"},
+		"run", "--policy", pol, "--", "/bin/sh", "-c", egressRegistryScript)
 	for _, want := range []string{
 		"pip ok demo_pkg-1.0-py3-none-any.whl\n", "pip-ungranted refused\n",
 		"npm ok module.exports = 42;\n", "npm-ungranted refused\n",
@@ -115,7 +90,7 @@ func TestEgressTunnelRegistries(t *testing.T) {
 	if n := strings.Count(r.stderr, "reason=egress_not_granted host=evil.test"); n < 2 {
 		t.Errorf("%d egress_not_granted refusals of evil.test on stderr, want pip's and npm's", n)
 	}
-	mu.Lock()
+	paths := up.saw()
 	for _, p := range paths {
 		if !strings.HasPrefix(p, "egress.test ") {
 			t.Errorf("the server saw %q (only egress.test is granted)", p)
@@ -124,56 +99,7 @@ func TestEgressTunnelRegistries(t *testing.T) {
 	if len(paths) != 4 {
 		t.Errorf("the server saw %v, want the index, the wheel, the packument and the tarball", paths)
 	}
-	mu.Unlock()
 	if t.Failed() || testing.Verbose() {
 		t.Logf("%s", r)
 	}
-}
-
-// demoWheel is a minimal wheel of demo-pkg 1.0.
-func demoWheel(t *testing.T) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	z := zip.NewWriter(&b)
-	files := [][2]string{
-		{"demo_pkg/__init__.py", "VALUE = 42\n"},
-		{"demo_pkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: demo-pkg\nVersion: 1.0\n"},
-		{"demo_pkg-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: moat-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
-	}
-	var record strings.Builder
-	for _, f := range files {
-		w, _ := z.Create(f[0])
-		w.Write([]byte(f[1]))
-		sum := sha256.Sum256([]byte(f[1]))
-		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", f[0], base64.RawURLEncoding.EncodeToString(sum[:]), len(f[1]))
-	}
-	record.WriteString("demo_pkg-1.0.dist-info/RECORD,,\n")
-	w, _ := z.Create("demo_pkg-1.0.dist-info/RECORD")
-	w.Write([]byte(record.String()))
-	if err := z.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
-
-// demoTarball is an npm package tarball of demo-pkg 1.0.0.
-func demoTarball(t *testing.T) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	gz := gzip.NewWriter(&b)
-	tw := tar.NewWriter(gz)
-	for _, f := range [][2]string{
-		{"package/package.json", `{"name":"demo-pkg","version":"1.0.0","main":"index.js"}`},
-		{"package/index.js", "module.exports = 42;\n"},
-	} {
-		tw.WriteHeader(&tar.Header{Name: f[0], Mode: 0o644, Size: int64(len(f[1])), Typeflag: tar.TypeReg})
-		tw.Write([]byte(f[1]))
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := gz.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
 }

@@ -114,8 +114,7 @@ egress:
 	cmd.Dir = e.dir
 	cmd.Env = append(os.Environ(), "MOAT_STATE_DIR="+e.stateDir, "MOAT_TEST_GLOBAL_ADDR=127.0.0.1", "MOAT_E2E_GIT_CRED="+cred)
 	// The script's own variables go through the policy's env.
-	writeFile(t, pol, strings.Replace(readFile(t, pol), "env: {PATH: /usr/bin:/bin}",
-		fmt.Sprintf("env: {PATH: /usr/bin:/bin, WS: %s, URL: %s}", e.workspace, srv.URL), 1))
+	setPolicyEnv(t, pol, fmt.Sprintf("PATH: /usr/bin:/bin, WS: %s, URL: %s", e.workspace, srv.URL))
 	var so, se strings.Builder
 	cmd.Stdout, cmd.Stderr = &so, &se
 	cmd.Run()

@@ -19,9 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -84,21 +82,13 @@ func egressTunnelCurl(t *testing.T, backend string) {
 	}
 	bin := hooksBin(t)
 	e := newEnv(t)
-	caPEM, srvCert := egressTestCerts(t)
-	var mu sync.Mutex
-	var seen []string // the host names and SNIs the server saw
-	ln, err := net.Listen("tcp", "127.0.0.2:0")
-	testenv.Need(t, err == nil, "cannot listen on 127.0.0.2")
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		seen = append(seen, r.TLS.ServerName+" "+r.Host)
-		mu.Unlock()
+	up := listenUpstream(t)
+	up.serve(func(w http.ResponseWriter, r *http.Request) {
+		up.see(r.TLS.ServerName + " " + r.Host) // the SNI and host name the server saw
 		fmt.Fprintf(w, "hello %s", r.TLS.ServerName)
-	}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{srvCert}}, ErrorLog: nil}
-	go srv.ServeTLS(ln, "", "")
-	defer srv.Close()
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	writeFile(t, filepath.Join(e.workspace, "ca.pem"), caPEM)
+	})
+	port := up.port
+	writeFile(t, filepath.Join(e.workspace, "ca.pem"), up.caPEM)
 	pol := e.policy(fmt.Sprintf(`egress:
   hosts:
     - {host: egress.test, port: %[1]s}
@@ -110,17 +100,11 @@ func egressTunnelCurl(t *testing.T, backend string) {
     - {host: "[::ffff:127.0.0.2]", port: %[1]s}
     - {host: "[64:ff9b::7f00:2]", port: %[1]s}
 `, port))
-	writeFile(t, pol, strings.Replace(readFile(t, pol), "env: {PATH: /usr/bin:/bin}",
-		fmt.Sprintf("env: {PATH: /usr/bin:/bin, WS: %s, P: \"%s\"}", e.workspace, port), 1))
-	cmd := exec.Command(bin, "run", "--backend", backend, "--policy", pol, "--", "/bin/sh", "-c", egressTunnelScript)
-	cmd.Dir = e.dir
-	cmd.Env = append(os.Environ(), "MOAT_STATE_DIR="+e.stateDir, "MOAT_TEST_GLOBAL_ADDR=127.0.0.2",
+	setPolicyEnv(t, pol, fmt.Sprintf("PATH: /usr/bin:/bin, WS: %s, P: \"%s\"", e.workspace, port))
+	r := e.runHooks(t.Context(), bin, []string{
 		"MOAT_TEST_HOSTS=egress.test=127.0.0.2;rebind.test=127.0.0.2|127.0.0.1;loop.test=127.0.0.1;private.test=10.0.0.1;cgnat.test=100.64.0.1;metadata.test=169.254.169.254",
-		"HTTPS_PROXY=", "https_proxy=", "NO_PROXY=", "no_proxy=")
-	var so, se strings.Builder
-	cmd.Stdout, cmd.Stderr = &so, &se
-	cmd.Run()
-	r := result{so.String(), se.String(), cmd.ProcessState.ExitCode()}
+		"HTTPS_PROXY=", "https_proxy=", "NO_PROXY=", "no_proxy="},
+		"run", "--backend", backend, "--policy", pol, "--", "/bin/sh", "-c", egressTunnelScript)
 	for _, want := range []string{
 		"granted hello egress.test\n", "rebind-first hello rebind.test\n",
 		"rebind-second 403 000\n", "ungranted 403 000\n", "sni-mismatch 200 000\n", "ip-literal 403 000\n",
@@ -145,7 +129,7 @@ func egressTunnelCurl(t *testing.T, backend string) {
 		t.Errorf("exit %d", r.code)
 	}
 	// The server saw only the granted names, each with its own SNI.
-	mu.Lock()
+	seen := up.saw()
 	for _, s := range seen {
 		if s != "egress.test egress.test:"+port && s != "rebind.test rebind.test:"+port {
 			t.Errorf("the server saw %q", s)
@@ -154,7 +138,6 @@ func egressTunnelCurl(t *testing.T, backend string) {
 	if len(seen) != 16 {
 		t.Errorf("the server saw %d requests, want 16 (granted, rebind's first, 14 controls)", len(seen))
 	}
-	mu.Unlock()
 	// The journal: each tunnel opened before it closed, each attack
 	// refused with its reason.
 	journals, _ := filepath.Glob(filepath.Join(e.auditDir, "*", "journal.jsonl"))

@@ -11,28 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moat-sandbox/moat/internal/fsutil"
 	"github.com/moat-sandbox/moat/internal/testenv"
 )
 
-// procStart is the start time (clock ticks since boot, field 22 of
-// /proc/pid/stat) of a live process, "" for a missing or zombie one: pid
-// and start time together name one process, whatever reuses the pid.
-func procStart(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return ""
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return ""
-	}
-	f := strings.Fields(s[i+2:])
-	if len(f) < 20 || f[0] == "Z" {
-		return ""
-	}
-	return f[19]
-}
+// procStart is the start time of a live process (fsutil.ProcStart: field
+// 22 of /proc/pid/stat), 0 for a missing or zombie one: pid and start
+// time together name one process, whatever reuses the pid.
+func procStart(pid int) uint64 { return fsutil.ProcStart(pid) }
 
 // supervisorTimeout is the policy's process.supervisor_timeout in these
 // tests.
@@ -44,7 +30,7 @@ const supervisorTimeout = 2 * time.Second
 // gVisor the workload is no host process: what is watched is the
 // sandbox's init, the pid 1 of the PID namespace that holds runsc, its
 // sandbox and every exec.
-func heartbeatSandbox(t *testing.T, e *env, name, backend string) (sbState, int, string) {
+func heartbeatSandbox(t *testing.T, e *env, name, backend string) (sbState, int, uint64) {
 	t.Helper()
 	pol := e.policyAt(e.dir+"/hb-policy.yaml", e.workspace, "")
 	b, err := os.ReadFile(pol)
@@ -78,8 +64,8 @@ func heartbeatSandbox(t *testing.T, e *env, name, backend string) (sbState, int,
 	}
 	start := procStart(pid)
 	s, _ := e.get(name)
-	if s.SupervisorPID == 0 || start == "" {
-		t.Fatalf("no supervisor pid (%d) or workload start time (%q)", s.SupervisorPID, start)
+	if s.SupervisorPID == 0 || start == 0 {
+		t.Fatalf("no supervisor pid (%d) or workload start time (%d)", s.SupervisorPID, start)
 	}
 	sv := s.SupervisorPID
 	svStart := procStart(sv)

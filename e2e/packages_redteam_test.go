@@ -3,23 +3,15 @@
 package e2e
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
 	"encoding/hex"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -57,44 +49,16 @@ func TestPackagesRedteamNPM(t *testing.T) {
 	testenv.Need(t, err == nil, "npm is not installed (CI installs nodejs and npm)")
 	bin := hooksBin(t)
 	e := newEnv(t)
-	caPEM, srvCert := egressTestCerts(t)
-	ln, err := net.Listen("tcp", "127.0.0.2:0")
-	testenv.Need(t, err == nil, "cannot listen on 127.0.0.2")
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-
-	var b bytes.Buffer
-	gz := gzip.NewWriter(&b)
-	tw := tar.NewWriter(gz)
-	for _, f := range [][2]string{
-		{"package/package.json", `{"name":"hooked","version":"1.0.0","main":"index.js","scripts":{"install":"node -e \"require('fs').writeFileSync('TARBALL_RAN','x')\""}}`},
-		{"package/index.js", "module.exports = 'pinned';\n"},
-	} {
-		tw.WriteHeader(&tar.Header{Name: f[0], Mode: 0o644, Size: int64(len(f[1])), Typeflag: tar.TypeReg})
-		tw.Write([]byte(f[1]))
-	}
-	tw.Close()
-	gz.Close()
-	tgz := b.Bytes()
+	tgz := tarGz(t,
+		[2]string{"package/package.json", `{"name":"hooked","version":"1.0.0","main":"index.js","scripts":{"install":"node -e \"require('fs').writeFileSync('TARBALL_RAN','x')\""}}`},
+		[2]string{"package/index.js", "module.exports = 'pinned';\n"})
 	pwn := `node -e \"require('fs').writeFileSync('PWNED','x')\"`
 	files := map[string][]byte{
 		"/hooked/-/hooked-1.0.0.tgz": tgz,
 		"/hooked": []byte(`{"name":"hooked","dist-tags":{"latest":"1.0.0"},"versions":{"1.0.0":{"name":"hooked","version":"1.0.0",` +
 			`"scripts":{"preinstall":"` + pwn + `","install":"` + pwn + `"},"dist":{"tarball":"https://evil.test/hooked-1.0.0.tgz"}}}}`),
 	}
-	var mu sync.Mutex
-	var seen []string
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		seen = append(seen, fmt.Sprintf("%s %s pre-effect=%s", r.Method, r.URL.Path, preEffectOnDisk(e.auditDir, r)))
-		mu.Unlock()
-		if body, ok := files[r.URL.Path]; ok && r.Method == http.MethodGet {
-			w.Write(body)
-			return
-		}
-		http.NotFound(w, r)
-	}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{srvCert}}}
-	go srv.ServeTLS(ln, "", "")
-	defer srv.Close()
+	reg := startRegistry(t, files, preEffectSeen(e.auditDir))
 
 	ws := e.workspace
 	lock := `{"name":"app","version":"1.0.0","lockfileVersion":3,"requires":true,"packages":{"":{"name":"app","version":"1.0.0","dependencies":{"hooked":"1.0.0"}},` +
@@ -107,7 +71,7 @@ func TestPackagesRedteamNPM(t *testing.T) {
 	}
 	sum := sha256.Sum256([]byte(lock))
 	ca := filepath.Join(e.dir, "ca.pem")
-	writeFile(t, ca, caPEM)
+	writeFile(t, ca, reg.caPEM)
 	pol := e.policy(fmt.Sprintf(`egress:
   packages:
     - kind: npm
@@ -115,22 +79,16 @@ func TestPackagesRedteamNPM(t *testing.T) {
       ca_file: %s
       lockfiles: [%s]
       lockfile_sha256: {%s: %s}
-`, port, ca, appLock, appLock, hex.EncodeToString(sum[:])))
-	writeFile(t, pol, strings.Replace(readFile(t, pol), "env: {PATH: /usr/bin:/bin}",
-		fmt.Sprintf("env: {PATH: /usr/bin:/bin, WS: %s}", ws), 1))
+`, reg.port, ca, appLock, appLock, hex.EncodeToString(sum[:])))
+	setPolicyEnv(t, pol, "PATH: /usr/bin:/bin, WS: "+ws)
 	runMoat := func(timeout time.Duration, argv ...string) result {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, bin, append([]string{"run", "--policy", pol, "--"}, argv...)...)
-		cmd.Dir = e.dir
-		cmd.Env = append(os.Environ(), "MOAT_STATE_DIR="+e.stateDir, "MOAT_TEST_GLOBAL_ADDR=127.0.0.2")
-		var so, se strings.Builder
-		cmd.Stdout, cmd.Stderr = &so, &se
-		cmd.Run()
+		r := e.runHooks(ctx, bin, nil, append([]string{"run", "--policy", pol, "--"}, argv...)...)
 		if ctx.Err() != nil {
 			t.Errorf("moat run %v did not end within %s", argv, timeout)
 		}
-		return result{so.String(), se.String(), cmd.ProcessState.ExitCode()}
+		return r
 	}
 	r := runMoat(5*time.Minute, "/bin/sh", "-c", redteamNPMScript)
 	if !strings.Contains(r.stdout, "installed\n") || strings.Contains(r.stdout, "install failed") {
@@ -142,11 +100,9 @@ func TestPackagesRedteamNPM(t *testing.T) {
 	if !strings.Contains(r.stdout, "tarball script ran") {
 		t.Errorf("the pinned tarball's own install script did not run (positive control): %s", r)
 	}
-	mu.Lock()
-	if !slices.Contains(seen, "GET /hooked pre-effect=true") || !slices.Contains(seen, "GET /hooked/-/hooked-1.0.0.tgz pre-effect=true") || len(seen) != 2 {
+	if seen := reg.saw(); !slices.Contains(seen, "GET /hooked pre-effect=true") || !slices.Contains(seen, "GET /hooked/-/hooked-1.0.0.tgz pre-effect=true") || len(seen) != 2 {
 		t.Errorf("the registry saw %v, want the packument and the tarball, each after its pre-effect record", seen)
 	}
-	mu.Unlock()
 	if v := e.moat("audit", "verify", onlyRunDir(t, e.auditDir)); v.code != 0 {
 		t.Errorf("audit verify: %s", v)
 	}

@@ -3,19 +3,15 @@
 package e2e
 
 import (
-	"archive/tar"
 	"archive/zip"
 	"bytes"
-	"compress/gzip"
 	"crypto/ed25519"
 	"crypto/sha256"
 	"crypto/sha512"
-	"crypto/tls"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"maps"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -24,7 +20,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/moat-sandbox/moat/audit"
@@ -60,23 +55,6 @@ rm -rf /tmp/e; cp -r "$WS/app" /tmp/e; try /tmp/e edited npm ci
 try /tmp/orig after npm ci
 cat /tmp/ci.log /tmp/latest.log >&2
 `
-
-func pkgTarball(t *testing.T, name, version, code string) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	gz := gzip.NewWriter(&b)
-	tw := tar.NewWriter(gz)
-	for _, f := range [][2]string{
-		{"package/package.json", fmt.Sprintf(`{"name":%q,"version":%q,"main":"index.js"}`, name, version)},
-		{"package/index.js", code},
-	} {
-		tw.WriteHeader(&tar.Header{Name: f[0], Mode: 0o644, Size: int64(len(f[1])), Typeflag: tar.TypeReg})
-		tw.Write([]byte(f[1]))
-	}
-	tw.Close()
-	gz.Close()
-	return b.Bytes()
-}
 
 func sri512(b []byte) string {
 	s := sha512.Sum512(b)
@@ -125,10 +103,6 @@ func TestPackagesNPM(t *testing.T) {
 	testenv.Need(t, err == nil, "npm is not installed (CI installs nodejs and npm)")
 	bin := hooksBin(t)
 	e := newEnv(t)
-	caPEM, srvCert := egressTestCerts(t)
-	ln, err := net.Listen("tcp", "127.0.0.2:0")
-	testenv.Need(t, err == nil, "cannot listen on 127.0.0.2")
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 	good := pkgTarball(t, "demo-pkg", "1.0.0", "module.exports = 'pinned';\n")
 	newer := pkgTarball(t, "demo-pkg", "1.1.0", "module.exports = 'newer';\n")
 	bad := pkgTarball(t, "bad-pkg", "1.0.0", "module.exports = 'honest';\n")
@@ -143,20 +117,7 @@ func TestPackagesNPM(t *testing.T) {
 			`"1.0.0":{"name":"demo-pkg","version":"1.0.0","dist":{"tarball":"https://evil.test/demo-pkg-1.0.0.tgz","integrity":"` + sri512(newer) + `"}},` +
 			`"1.1.0":{"name":"demo-pkg","version":"1.1.0","dist":{"tarball":"https://evil.test/demo-pkg-1.1.0.tgz","integrity":"` + sri512(newer) + `"}}}}`),
 	}
-	var mu sync.Mutex
-	var seen []string
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		seen = append(seen, fmt.Sprintf("%s %s pre-effect=%s", r.Method, r.URL.Path, preEffectOnDisk(e.auditDir, r)))
-		mu.Unlock()
-		if b, ok := files[r.URL.Path]; ok && r.Method == http.MethodGet {
-			w.Write(b)
-			return
-		}
-		http.NotFound(w, r)
-	}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{srvCert}}}
-	go srv.ServeTLS(ln, "", "")
-	defer srv.Close()
+	reg := startRegistry(t, files, preEffectSeen(e.auditDir))
 
 	ws := e.workspace
 	appSum := npmProject(t, filepath.Join(ws, "app"), map[string][]byte{"demo-pkg@1.0.0": good})
@@ -166,7 +127,7 @@ func TestPackagesNPM(t *testing.T) {
 		os.Chown(filepath.Join(ws, "app"), 65534, 65534)
 	}
 	ca := filepath.Join(e.dir, "ca.pem")
-	writeFile(t, ca, caPEM)
+	writeFile(t, ca, reg.caPEM)
 	appLock, badLock := filepath.Join(ws, "app", "package-lock.json"), filepath.Join(ws, "bad", "package-lock.json")
 	pol := e.policy(fmt.Sprintf(`egress:
   packages:
@@ -175,17 +136,10 @@ func TestPackagesNPM(t *testing.T) {
       ca_file: %s
       lockfiles: [%s, %s]
       lockfile_sha256: {%s: %s, %s: %s}
-`, port, ca, appLock, badLock, appLock, appSum, badLock, badSum))
-	writeFile(t, pol, strings.Replace(readFile(t, pol), "env: {PATH: /usr/bin:/bin}",
-		fmt.Sprintf("env: {PATH: /usr/bin:/bin, WS: %s}", ws), 1))
+`, reg.port, ca, appLock, badLock, appLock, appSum, badLock, badSum))
+	setPolicyEnv(t, pol, "PATH: /usr/bin:/bin, WS: "+ws)
 	runMoat := func(argv ...string) result {
-		cmd := exec.Command(bin, append([]string{"run", "--policy", pol, "--"}, argv...)...)
-		cmd.Dir = e.dir
-		cmd.Env = append(os.Environ(), "MOAT_STATE_DIR="+e.stateDir, "MOAT_TEST_GLOBAL_ADDR=127.0.0.2")
-		var so, se strings.Builder
-		cmd.Stdout, cmd.Stderr = &so, &se
-		cmd.Run()
-		return result{so.String(), se.String(), cmd.ProcessState.ExitCode()}
+		return e.runHooks(t.Context(), bin, nil, append([]string{"run", "--policy", pol, "--"}, argv...)...)
 	}
 	r := runMoat("/bin/sh", "-c", packagesScript)
 	for _, want := range []string{
@@ -197,7 +151,7 @@ func TestPackagesNPM(t *testing.T) {
 			t.Errorf("missing %q in the workload's output", want)
 		}
 	}
-	mu.Lock()
+	seen := reg.saw()
 	for _, s := range seen {
 		if !strings.HasSuffix(s, "pre-effect=true") || !strings.HasPrefix(s, "GET ") ||
 			strings.Contains(s, "dem0-pkg") || strings.Contains(s, "1.1.0") || strings.Contains(s, "evil") || strings.Contains(s, "pub-pkg") {
@@ -207,7 +161,6 @@ func TestPackagesNPM(t *testing.T) {
 	if !slices.Contains(seen, "GET /demo-pkg/-/demo-pkg-1.0.0.tgz pre-effect=true") || !slices.Contains(seen, "GET /bad-pkg/-/bad-pkg-1.0.0.tgz pre-effect=true") {
 		t.Errorf("the registry saw %v, want the pinned tarballs", seen)
 	}
-	mu.Unlock()
 	dir := onlyRunDir(t, e.auditDir)
 	if v := e.moat("audit", "verify", dir); v.code != 0 {
 		t.Errorf("audit verify: %s", v)
@@ -313,10 +266,6 @@ func TestPackagesGoProxy(t *testing.T) {
 	goBin := "/usr/local/go/bin/go"
 	_, err := os.Stat(goBin)
 	testenv.Need(t, err == nil, "no Go toolchain at /usr/local/go")
-	caPEM, srvCert := egressTestCerts(t)
-	ln, err := net.Listen("tcp", "127.0.0.2:0")
-	testenv.Need(t, err == nil, "cannot listen on 127.0.0.2")
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 	files := map[string][]byte{}
 	gomod, z, demoSum := goModZip(t, "example.com/demo", "v1.0.0", "package demo\n\nconst V = \"pinned\"\n")
 	files["/example.com/demo/@v/v1.0.0.mod"], files["/example.com/demo/@v/v1.0.0.zip"] = gomod, z
@@ -325,20 +274,7 @@ func TestPackagesGoProxy(t *testing.T) {
 	files["/example.com/bad/@v/v1.0.0.mod"], files["/example.com/bad/@v/v1.0.0.zip"] = gomod, badZip
 	gomod, z, _ = goModZip(t, "example.com/dem0", "v1.0.0", "package dem0\n")
 	files["/example.com/dem0/@v/v1.0.0.mod"], files["/example.com/dem0/@v/v1.0.0.zip"] = gomod, z
-	var mu sync.Mutex
-	var seen []string
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		seen = append(seen, fmt.Sprintf("%s %s pre-effect=%s", r.Method, r.URL.Path, preEffectOnDisk(e.auditDir, r)))
-		mu.Unlock()
-		if b, ok := files[r.URL.Path]; ok {
-			w.Write(b)
-			return
-		}
-		http.NotFound(w, r)
-	}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{srvCert}}}
-	go srv.ServeTLS(ln, "", "")
-	defer srv.Close()
+	reg := startRegistry(t, files, preEffectSeen(e.auditDir))
 	ws := e.workspace
 	project := func(dir, mod, sum string) string {
 		os.MkdirAll(filepath.Join(ws, dir), 0o755)
@@ -350,7 +286,7 @@ func TestPackagesGoProxy(t *testing.T) {
 	badGoSum := project("bad", "example.com/bad", badSum)
 	project("squat", "example.com/dem0", demoSum) // go.sum lacks dem0: the workload's own edit
 	ca := filepath.Join(e.dir, "ca.pem")
-	writeFile(t, ca, caPEM)
+	writeFile(t, ca, reg.caPEM)
 	pol := e.policy(fmt.Sprintf(`egress:
   packages:
     - kind: goproxy
@@ -358,16 +294,9 @@ func TestPackagesGoProxy(t *testing.T) {
       ca_file: %s
       lockfiles: [%s, %s]
       lockfile_trust: workspace
-`, port, ca, appSum, badGoSum))
-	writeFile(t, pol, strings.Replace(readFile(t, pol), "env: {PATH: /usr/bin:/bin}",
-		fmt.Sprintf("env: {PATH: /usr/local/go/bin:/usr/bin:/bin, WS: %s}", ws), 1))
-	cmd := exec.Command(bin, "run", "--policy", pol, "--", "/bin/sh", "-c", goProxyScript)
-	cmd.Dir = e.dir
-	cmd.Env = append(os.Environ(), "MOAT_STATE_DIR="+e.stateDir, "MOAT_TEST_GLOBAL_ADDR=127.0.0.2")
-	var so, se strings.Builder
-	cmd.Stdout, cmd.Stderr = &so, &se
-	cmd.Run()
-	r := result{so.String(), se.String(), cmd.ProcessState.ExitCode()}
+`, reg.port, ca, appSum, badGoSum))
+	setPolicyEnv(t, pol, "PATH: /usr/local/go/bin:/usr/bin:/bin, WS: "+ws)
+	r := e.runHooks(t.Context(), bin, nil, "run", "--policy", pol, "--", "/bin/sh", "-c", goProxyScript)
 	for _, want := range []string{"pinned downloaded const V = \"pinned\"\n", "tampered refused\n", "unpinned refused\n"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("missing %q in the workload's output", want)
@@ -376,7 +305,7 @@ func TestPackagesGoProxy(t *testing.T) {
 	if !strings.Contains(r.stderr, "lockfile_trust is workspace") {
 		t.Errorf("moat did not announce lockfile_trust: workspace")
 	}
-	mu.Lock()
+	seen := reg.saw()
 	for _, s := range seen {
 		if !strings.HasSuffix(s, "pre-effect=true") || strings.Contains(s, "dem0") || strings.Contains(s, "uv_pkg-2.1") {
 			t.Errorf("the proxy saw %q", s)
@@ -385,7 +314,6 @@ func TestPackagesGoProxy(t *testing.T) {
 	if !slices.Contains(seen, "GET /example.com/demo/@v/v1.0.0.zip pre-effect=true") || !slices.Contains(seen, "GET /example.com/bad/@v/v1.0.0.zip pre-effect=true") {
 		t.Errorf("the proxy saw %v, want the pinned zips", seen)
 	}
-	mu.Unlock()
 	dir := onlyRunDir(t, e.auditDir)
 	if v := e.moat("audit", "verify", dir); v.code != 0 {
 		t.Errorf("audit verify: %s", v)
@@ -427,34 +355,6 @@ PYTHON_KEYRING_BACKEND=keyring.backends.null.Keyring twine upload --non-interact
 sed 's/^/twine: /' /tmp/upload.log >&2
 `
 
-// namedWheel is a pure-Python wheel of dist (a module of the same name)
-// at version.
-func namedWheel(t *testing.T, dist, version string) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	z := zip.NewWriter(&b)
-	info := dist + "-" + version + ".dist-info/"
-	files := [][2]string{
-		{dist + "/__init__.py", "VALUE = " + strconv.Quote(version) + "\n"},
-		{info + "METADATA", "Metadata-Version: 2.1\nName: " + strings.ReplaceAll(dist, "_", "-") + "\nVersion: " + version + "\n"},
-		{info + "WHEEL", "Wheel-Version: 1.0\nGenerator: moat-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
-	}
-	var record strings.Builder
-	for _, f := range files {
-		w, _ := z.Create(f[0])
-		w.Write([]byte(f[1]))
-		sum := sha256.Sum256([]byte(f[1]))
-		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", f[0], base64.RawURLEncoding.EncodeToString(sum[:]), len(f[1]))
-	}
-	record.WriteString(info + "RECORD,,\n")
-	w, _ := z.Create(info + "RECORD")
-	w.Write([]byte(record.String()))
-	if err := z.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
-
 // TestPackagesPyPI: pip download --require-hashes inside a native
 // sandbox (PIP_INDEX_URL set by moat) gets the pinned wheel through
 // /pkg/pypi from a local TLS index; a tampered wheel and an unpinned
@@ -470,11 +370,7 @@ func TestPackagesPyPI(t *testing.T) {
 	testenv.Need(t, err == nil, "twine is not installed (CI installs Debian's twine)")
 	bin := hooksBin(t)
 	e := newEnv(t)
-	caPEM, srvCert := egressTestCerts(t)
-	ln, err := net.Listen("tcp", "127.0.0.2:0")
-	testenv.Need(t, err == nil, "cannot listen on 127.0.0.2")
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	whl := demoWheel(t)
+	whl := namedWheel(t, "demo_pkg", "1.0")
 	sum := sha256.Sum256(whl)
 	good := hex.EncodeToString(sum[:])
 	bad := strings.Repeat("0", 64) // pinned for other-pkg; the index serves different bytes
@@ -491,20 +387,7 @@ func TestPackagesPyPI(t *testing.T) {
 	files["/files/uv_pkg-2.1-py3-none-any.whl"] = uv21
 	files["/simple/uv-pkg/"] = []byte(`<html><body><a href="/files/uv_pkg-2.0-py3-none-any.whl#sha256=` + hexSum(uv20) + `">uv_pkg-2.0-py3-none-any.whl</a>` +
 		`<a href="/files/uv_pkg-2.1-py3-none-any.whl#sha256=` + hexSum(uv21) + `">uv_pkg-2.1-py3-none-any.whl</a></body></html>`)
-	var mu sync.Mutex
-	var seen []string
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		seen = append(seen, fmt.Sprintf("%s %s pre-effect=%s", r.Method, r.URL.Path, preEffectOnDisk(e.auditDir, r)))
-		mu.Unlock()
-		if b, ok := files[r.URL.Path]; ok {
-			w.Write(b)
-			return
-		}
-		http.NotFound(w, r)
-	}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{srvCert}}}
-	go srv.ServeTLS(ln, "", "")
-	defer srv.Close()
+	reg := startRegistry(t, files, preEffectSeen(e.auditDir))
 	ws := e.workspace
 	if err := os.MkdirAll(filepath.Join(ws, "dist"), 0o755); err != nil {
 		t.Fatal(err)
@@ -544,7 +427,7 @@ wheels = [
 ]
 `)
 	ca := filepath.Join(e.dir, "ca.pem")
-	writeFile(t, ca, caPEM)
+	writeFile(t, ca, reg.caPEM)
 	pol := e.policy(fmt.Sprintf(`egress:
   packages:
     - kind: pypi
@@ -552,16 +435,9 @@ wheels = [
       ca_file: %s
       lockfiles: [%s, %s, %s]
       lockfile_trust: workspace
-`, port, ca, goodReq, badReq, uvLock))
-	writeFile(t, pol, strings.Replace(readFile(t, pol), "env: {PATH: /usr/bin:/bin}",
-		fmt.Sprintf("env: {PATH: /usr/bin:/bin, WS: %s}", ws), 1))
-	cmd := exec.Command(bin, "run", "--policy", pol, "--", "/bin/sh", "-c", pypiScript)
-	cmd.Dir = e.dir
-	cmd.Env = append(os.Environ(), "MOAT_STATE_DIR="+e.stateDir, "MOAT_TEST_GLOBAL_ADDR=127.0.0.2")
-	var so, se strings.Builder
-	cmd.Stdout, cmd.Stderr = &so, &se
-	cmd.Run()
-	r := result{so.String(), se.String(), cmd.ProcessState.ExitCode()}
+`, reg.port, ca, goodReq, badReq, uvLock))
+	setPolicyEnv(t, pol, "PATH: /usr/bin:/bin, WS: "+ws)
+	r := e.runHooks(t.Context(), bin, nil, "run", "--policy", pol, "--", "/bin/sh", "-c", pypiScript)
 	for _, want := range []string{"pinned downloaded demo_pkg-1.0-py3-none-any.whl\n", "tampered refused\n", "squat refused\n",
 		"uvlock downloaded uv_pkg-2.0-py3-none-any.whl\n", "uvnewer refused\n", "upload refused\n"} {
 		if !strings.Contains(r.stdout, want) {
@@ -573,7 +449,7 @@ wheels = [
 	if !strings.Contains(r.stderr, "HTTPError: 405 Method Not Allowed") {
 		t.Errorf("twine's output does not report the broker's 405")
 	}
-	mu.Lock()
+	seen := reg.saw()
 	for _, s := range seen {
 		if !strings.HasPrefix(s, "GET ") || !strings.HasSuffix(s, "pre-effect=true") || strings.Contains(s, "dem0") || strings.Contains(s, "uv_pkg-2.1") ||
 			strings.Contains(s, "legacy") || strings.Contains(s, "pub_pkg") {
@@ -583,7 +459,6 @@ wheels = [
 	if !slices.Contains(seen, "GET /files/demo_pkg-1.0-py3-none-any.whl pre-effect=true") || !slices.Contains(seen, "GET /files/uv_pkg-2.0-py3-none-any.whl pre-effect=true") {
 		t.Errorf("the index saw %v, want the pinned wheel", seen)
 	}
-	mu.Unlock()
 	// The upload's refusal is journaled with its reason and why; the
 	// pinned wheel of the same run was served.
 	dir := onlyRunDir(t, e.auditDir)
@@ -682,10 +557,6 @@ func TestPackagesReload(t *testing.T) {
 	testenv.Need(t, err == nil, "npm is not installed (CI installs nodejs and npm)")
 	bin := hooksBin(t)
 	e := newEnv(t)
-	caPEM, srvCert := egressTestCerts(t)
-	ln, err := net.Listen("tcp", "127.0.0.2:0")
-	testenv.Need(t, err == nil, "cannot listen on 127.0.0.2")
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 	v1 := pkgTarball(t, "demo-pkg", "1.0.0", "module.exports = 'v1';\n")
 	v2 := pkgTarball(t, "demo-pkg", "1.1.0", "module.exports = 'v2';\n")
 	good := pkgTarball(t, "@good/util", "1.0.0", "module.exports = 'good';\n")
@@ -708,25 +579,7 @@ func TestPackagesReload(t *testing.T) {
 		"/@good/utill":                   []byte(`{"name":"@good/utill","dist-tags":{"latest":"1.0.0"},"versions":{` + version("@good/utill", "1.0.0", evilScoped) + `}}`),
 		"/evil-pkg":                      []byte(`{"name":"evil-pkg","dist-tags":{"latest":"6.6.6"},"versions":{` + version("evil-pkg", "6.6.6", evil) + `}}`),
 	}
-	var mu sync.Mutex
-	var seen []string
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		seen = append(seen, r.Method+" "+r.URL.Path)
-		mu.Unlock()
-		if b, ok := files[r.URL.Path]; ok && r.Method == http.MethodGet {
-			w.Write(b)
-			return
-		}
-		http.NotFound(w, r)
-	}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{srvCert}}}
-	go srv.ServeTLS(ln, "", "")
-	defer srv.Close()
-	registrySaw := func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]string(nil), seen...)
-	}
+	reg := startRegistry(t, files, func(r *http.Request) string { return r.Method + " " + r.URL.Path })
 
 	// The operator's lockfile lies outside every grant; the workspace's
 	// is pinned by sha256.
@@ -747,7 +600,7 @@ func TestPackagesReload(t *testing.T) {
 	hex256 := func(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
 	startSum, wsSum := hex256(start), hex256(wsText)
 	ca := filepath.Join(e.dir, "ca.pem")
-	writeFile(t, ca, caPEM)
+	writeFile(t, ca, reg.caPEM)
 	pol := e.policy(fmt.Sprintf(`egress:
   packages:
     - kind: npm
@@ -755,18 +608,9 @@ func TestPackagesReload(t *testing.T) {
       ca_file: %s
       lockfiles: [%s, %s]
       lockfile_sha256: {%s: %s}
-`, port, ca, opLock, wsLock, wsLock, wsSum))
-	writeFile(t, pol, strings.Replace(readFile(t, pol), "env: {PATH: /usr/bin:/bin}",
-		fmt.Sprintf("env: {PATH: /usr/bin:/bin, WS: %s}", e.workspace), 1))
-	moat := func(env []string, args ...string) result {
-		cmd := exec.Command(bin, args...)
-		cmd.Dir = e.dir
-		cmd.Env = append(append(os.Environ(), "MOAT_STATE_DIR="+e.stateDir, "MOAT_TEST_GLOBAL_ADDR=127.0.0.2"), env...)
-		var so, se strings.Builder
-		cmd.Stdout, cmd.Stderr = &so, &se
-		cmd.Run()
-		return result{so.String(), se.String(), cmd.ProcessState.ExitCode()}
-	}
+`, reg.port, ca, opLock, wsLock, wsLock, wsSum))
+	setPolicyEnv(t, pol, "PATH: /usr/bin:/bin, WS: "+e.workspace)
+	moat := func(env []string, args ...string) result { return e.runHooks(t.Context(), bin, env, args...) }
 	const name = "pkgreload"
 	if r := moat(nil, "sandbox", "create", name, "--policy", pol); r.code != 0 {
 		t.Fatalf("sandbox create: %s", r)
@@ -789,7 +633,7 @@ func TestPackagesReload(t *testing.T) {
 		"confused @evil/util @evil/util@1.0.0", "squat @good/utill @good/utill@1.0.0")
 	expect("at start", r, "pinned installed module.exports = 'v1';", "newer refused", "scoped installed module.exports = 'good';",
 		"confused refused", "squat refused")
-	for _, s := range registrySaw() {
+	for _, s := range reg.saw() {
 		if strings.Contains(s, "1.1.0") || strings.Contains(s, "evil") || strings.Contains(s, "utill") {
 			t.Errorf("before the reload the registry saw %q", s)
 		}
@@ -832,13 +676,13 @@ func TestPackagesReload(t *testing.T) {
 	}
 	r = try("kept demo-pkg demo-pkg@1.1.0", "evil evil-pkg evil-pkg@6.6.6")
 	expect("after the refused reload", r, "kept installed module.exports = 'v2';", "evil refused")
-	for _, s := range registrySaw() {
+	for _, s := range reg.saw() {
 		if strings.Contains(s, "evil") || strings.Contains(s, "utill") {
 			t.Errorf("the registry saw %q", s)
 		}
 	}
-	if !slices.Contains(registrySaw(), "GET /demo-pkg/-/demo-pkg-1.1.0.tgz") || !slices.Contains(registrySaw(), "GET /@good/util/-/util-1.0.0.tgz") {
-		t.Errorf("the registry saw %v, want the newly pinned and the scoped tarball", registrySaw())
+	if !slices.Contains(reg.saw(), "GET /demo-pkg/-/demo-pkg-1.1.0.tgz") || !slices.Contains(reg.saw(), "GET /@good/util/-/util-1.0.0.tgz") {
+		t.Errorf("the registry saw %v, want the newly pinned and the scoped tarball", reg.saw())
 	}
 	if r := moat(nil, "sandbox", "delete", name); r.code != 0 {
 		t.Fatalf("sandbox delete: %s", r)

@@ -245,13 +245,8 @@ func nsOf(pid int, ns string) string {
 
 // procAlive is false for a missing or zombie process.
 func procAlive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i > 0 && i+2 < len(s) && s[i+2] != 'Z'
+	st := procState(pid)
+	return st != "" && st != "Z"
 }
 
 func TestSandboxSupervisorKill(t *testing.T) {
