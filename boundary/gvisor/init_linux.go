@@ -234,8 +234,10 @@ func InitMain([]string) int {
 				initkit.CloseFiles(files)
 				continue
 			}
-			if !m.Process.Terminal {
+			if !m.Process.Terminal && !isTerminal(files[0]) {
 				// Started by the pause inside the sentry: no runsc exec.
+				// (A terminal goes through runsc exec: the sentry imports
+				// a pty received over the channel as a plain file.)
 				pmu.Lock()
 				fast[m.ID] = 0
 				pmu.Unlock()
@@ -445,4 +447,10 @@ func killLeftovers(runsc func(...string) *exec.Cmd, id string, pgid int, live ma
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// isTerminal reports whether f is a terminal (TCGETS succeeds).
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }
