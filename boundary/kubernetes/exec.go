@@ -94,19 +94,20 @@ func (s *sandbox) start(ctx context.Context, argv []string, p boundary.Process) 
 	opts := remotecommand.StreamOptions{Stdout: p.Stdout, Stderr: p.Stderr}
 	var command []string
 	var tty *os.File // a duplicate: the caller closes p.TTY once Start returns
+	var frame []byte // the stage's frame, at the head of stdin (no terminal)
+	var relay *stdinRelay
 	if p.TTY == nil {
 		// The frame, then the caller's stdin: the stage reads the frame
 		// and no further, and the workload has the rest. Without the
 		// caller's stdin the stream ends after the frame and the stage
 		// gives the workload /dev/null.
 		cfg.Stdin = p.Stdin != nil
-		frame, err := encodeStageFrame(cfg)
-		if err != nil {
+		var err error
+		if frame, err = encodeStageFrame(cfg); err != nil {
 			return nil, err
 		}
-		opts.Stdin = bytes.NewReader(frame)
 		if p.Stdin != nil {
-			opts.Stdin = io.MultiReader(opts.Stdin, p.Stdin)
+			relay = newStdinRelay(p.Stdin)
 		}
 		command = []string{MoatInImage, StageHelper}
 	} else {
@@ -122,14 +123,14 @@ func (s *sandbox) start(ctx context.Context, argv []string, p boundary.Process) 
 			return nil, err
 		}
 		cfg.Stdin, cfg.Nonce = true, hex.EncodeToString(nonce[:])
-		frame, err := encodeStageFrame(cfg)
+		saved, err := encodeStageFrame(cfg)
 		if err != nil {
 			return nil, err
 		}
-		if err := s.saveStageConfig(ctx, frame); err != nil {
+		if err := s.saveStageConfig(ctx, saved); err != nil {
 			return nil, err
 		}
-		sum := sha256.Sum256(frame)
+		sum := sha256.Sum256(saved)
 		command = []string{MoatInImage, StageHelper, stageLoad, id, hex.EncodeToString(sum[:])}
 		if err := makeRaw(p.TTY); err != nil {
 			return nil, fmt.Errorf("terminal: %w", err)
@@ -151,7 +152,7 @@ func (s *sandbox) start(ctx context.Context, argv []string, p boundary.Process) 
 	go func() {
 		defer close(pr.done)
 		defer cancel()
-		err := exe.StreamWithContext(sctx, opts)
+		err := s.stream(sctx, exe, opts, frame, relay)
 		if code := exitCode(err); code < 0 || code >= 128 {
 			// Killed, or the stream broke: if it is because the Pod
 			// ended from outside, say so before Wait returns.
@@ -188,7 +189,7 @@ func (s *sandbox) saveStageConfig(ctx context.Context, frame []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, configTimeout)
 	defer cancel()
 	var stderr bytes.Buffer
-	if err := exe.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: bytes.NewReader(frame), Stderr: &stderr}); err != nil {
+	if err := s.stream(ctx, exe, remotecommand.StreamOptions{Stderr: &stderr}, frame, nil); err != nil {
 		if exitCode(err) < 0 {
 			s.checkEnded()
 		}
@@ -199,6 +200,51 @@ func (s *sandbox) saveStageConfig(ctx context.Context, frame []byte) error {
 		return fmt.Errorf("kubernetes: saving the terminal exec's configuration in the Pod: %w (%s)", err, msg)
 	}
 	return nil
+}
+
+// stream runs exe's exec with opts, its stdin being frame followed by
+// what relay hands on (when frame is not nil). An exec that the runtime
+// refused before it started anything (notStarted) is made again, after
+// a backoff, up to execAttempts times in all, unless relay gave it a
+// byte of the caller's stdin: a loaded node's runtime misses its own
+// timeouts on the way to starting an exec (TestKubernetesScale: 20
+// sandboxes measured at once on two cores), and that is no refusal of
+// the exec. A terminal's exec (stdin without a frame) is made once.
+func (s *sandbox) stream(ctx context.Context, exe remotecommand.Executor, opts remotecommand.StreamOptions, frame []byte, relay *stdinRelay) error {
+	retry := opts.Stdin == nil || frame != nil
+	wait := execBackoff
+	for n := 1; ; n++ {
+		o := opts
+		var a *relayAttempt
+		if frame != nil {
+			o.Stdin = bytes.NewReader(frame)
+			if relay != nil {
+				a = relay.attempt()
+				o.Stdin = io.MultiReader(o.Stdin, a)
+			}
+		}
+		err := exe.StreamWithContext(ctx, o)
+		if a != nil {
+			a.end()
+		}
+		if !retry || !notStarted(err) || n >= execAttempts || (relay != nil && relay.gaveAny()) {
+			if n > 1 && err != nil {
+				err = fmt.Errorf("%w (attempt %d: the runtime started nothing the %d before it)", err, n, n-1)
+			}
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-s.gone:
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait *= 2
+	}
 }
 
 // executor makes the exec request for command in the Pod's container.
@@ -250,7 +296,7 @@ func (p *proc) Signal(sig os.Signal) error {
 	exe, err := p.s.executor([]string{MoatInImage, SignalHelper, p.id, strconv.Itoa(int(n))}, false, false, true, false)
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), signalTimeout)
-		err = exe.StreamWithContext(ctx, remotecommand.StreamOptions{Stderr: io.Discard})
+		err = p.s.stream(ctx, exe, remotecommand.StreamOptions{Stderr: io.Discard}, nil, nil)
 		cancel()
 	}
 	if n == syscall.SIGKILL {
