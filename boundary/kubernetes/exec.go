@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -148,11 +149,11 @@ func (s *sandbox) start(ctx context.Context, argv []string, p boundary.Process) 
 		return nil, err
 	}
 	sctx, cancel := context.WithCancel(context.Background())
-	pr := &proc{s: s, id: id, done: make(chan struct{}), cancel: cancel}
+	pr := &proc{s: s, id: id, done: make(chan struct{}), stop: make(chan struct{}), cancel: cancel}
 	go func() {
 		defer close(pr.done)
 		defer cancel()
-		err := s.stream(sctx, exe, opts, frame, relay)
+		err := s.stream(sctx, exe, opts, frame, relay, pr.stop)
 		if code := exitCode(err); code < 0 || code >= 128 {
 			// Killed, or the stream broke: if it is because the Pod
 			// ended from outside, say so before Wait returns.
@@ -189,7 +190,7 @@ func (s *sandbox) saveStageConfig(ctx context.Context, frame []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, configTimeout)
 	defer cancel()
 	var stderr bytes.Buffer
-	if err := s.stream(ctx, exe, remotecommand.StreamOptions{Stderr: &stderr}, frame, nil); err != nil {
+	if err := s.stream(ctx, exe, remotecommand.StreamOptions{Stderr: &stderr}, frame, nil, nil); err != nil {
 		if exitCode(err) < 0 {
 			s.checkEnded()
 		}
@@ -205,15 +206,20 @@ func (s *sandbox) saveStageConfig(ctx context.Context, frame []byte) error {
 // stream runs exe's exec with opts, its stdin being frame followed by
 // what relay hands on (when frame is not nil). An exec that the runtime
 // refused before it started anything (notStarted) is made again, after
-// a backoff, up to execAttempts times in all, unless relay gave it a
-// byte of the caller's stdin: a loaded node's runtime misses its own
-// timeouts on the way to starting an exec (TestKubernetesScale: 20
-// sandboxes measured at once on two cores), and that is no refusal of
-// the exec. A terminal's exec (stdin without a frame) is made once.
-func (s *sandbox) stream(ctx context.Context, exe remotecommand.Executor, opts remotecommand.StreamOptions, frame []byte, relay *stdinRelay) error {
+// a backoff, up to execAttempts times in all, while relay can replay
+// what it gave the failed one, ctx is live, the Pod is there and stop
+// (closed by a signal to the process) is open: a loaded node's runtime
+// misses its own timeouts on the way to starting an exec (CI's
+// TestKubernetesScale, 20 sandboxes measured at once on two cores), and
+// that is no refusal of the exec. A terminal's exec (stdin, no frame)
+// is made once: its keys go from the terminal to the stream unrelayed.
+func (s *sandbox) stream(ctx context.Context, exe remotecommand.Executor, opts remotecommand.StreamOptions, frame []byte, relay *stdinRelay, stop <-chan struct{}) error {
 	retry := opts.Stdin == nil || frame != nil
 	wait := execBackoff
-	for n := 1; ; n++ {
+	var err error
+	n := 0
+	for {
+		n++
 		o := opts
 		var a *relayAttempt
 		if frame != nil {
@@ -223,27 +229,44 @@ func (s *sandbox) stream(ctx context.Context, exe remotecommand.Executor, opts r
 				o.Stdin = io.MultiReader(o.Stdin, a)
 			}
 		}
-		err := exe.StreamWithContext(ctx, o)
+		err = exe.StreamWithContext(ctx, o)
 		if a != nil {
 			a.end()
 		}
-		if !retry || !notStarted(err) || n >= execAttempts || (relay != nil && relay.gaveAny()) {
-			if n > 1 && err != nil {
-				err = fmt.Errorf("%w (attempt %d: the runtime started nothing the %d before it)", err, n, n-1)
-			}
-			return err
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-s.gone:
-			t.Stop()
-			return err
-		case <-t.C:
+		if !retry || !notStarted(err) || n >= execAttempts || (relay != nil && !relay.replayable()) || !s.backoff(ctx, stop, wait) {
+			break
 		}
 		wait *= 2
+	}
+	if n > 1 && notStarted(err) {
+		err = fmt.Errorf("%w (the exec was made %d times; the runtime started none of them)", err, n)
+	}
+	return err
+}
+
+// backoff waits d, and reports whether another attempt may follow: not
+// if ctx ends, the Pod goes or stop closes first.
+func (s *sandbox) backoff(ctx context.Context, stop <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-s.gone:
+		return false
+	case <-stop:
+		return false
+	case <-t.C:
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-s.gone:
+		return false
+	case <-stop:
+		return false
+	default:
+		return true
 	}
 }
 
@@ -270,6 +293,11 @@ type proc struct {
 	code   int
 	err    error
 	cancel context.CancelFunc
+	// stop closes at the first signal: an exec the runtime has not
+	// started yet is then not made again (stream), so that a process
+	// signalled while its exec waited for another attempt never starts.
+	stop     chan struct{}
+	stopOnce sync.Once
 }
 
 // HostPID is 0: the process runs in the Pod, not as a process of this
@@ -288,6 +316,7 @@ func (p *proc) Signal(sig os.Signal) error {
 	if !ok {
 		return fmt.Errorf("unsupported signal %v", sig)
 	}
+	p.stopOnce.Do(func() { close(p.stop) })
 	select {
 	case <-p.done:
 		return nil
@@ -296,7 +325,7 @@ func (p *proc) Signal(sig os.Signal) error {
 	exe, err := p.s.executor([]string{MoatInImage, SignalHelper, p.id, strconv.Itoa(int(n))}, false, false, true, false)
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), signalTimeout)
-		err = p.s.stream(ctx, exe, remotecommand.StreamOptions{Stderr: io.Discard}, nil, nil)
+		err = p.s.stream(ctx, exe, remotecommand.StreamOptions{Stderr: io.Discard}, nil, nil, nil)
 		cancel()
 	}
 	if n == syscall.SIGKILL {

@@ -9,12 +9,13 @@ import (
 )
 
 // notStartedErrors are what the runtime answers when an exec failed
-// before any process was made for it: containerd's CRI loads the
-// container's task (one state call to the shim, under a 2 s timeout
-// that a loaded node misses) and creates the exec before it starts
-// anything. Such an exec can be made again, if the caller's stdin gave
-// it nothing (stdinRelay). Nothing else is retried: an exec that may
-// have run is never run twice.
+// before any process was made for it: containerd's CRI (execInternal)
+// loads the container's task (a state call to the shim, under a 2 s
+// timeout that a loaded node misses), then creates the exec, which only
+// records its state, then starts it, and only then attaches its stdin.
+// Such an exec can be made again, with the stdin the failed attempt was
+// given (stdinRelay replays it). Nothing else is retried: an exec that
+// may have run is never made twice.
 var notStartedErrors = []string{
 	"failed to exec in container: failed to load task:",
 	"failed to exec in container: failed to create exec ",
@@ -26,6 +27,10 @@ const execAttempts = 5
 // execBackoff is the wait before an exec's second attempt, doubling for
 // each after it (a variable for the tests).
 var execBackoff = 250 * time.Millisecond
+
+// maxReplayBytes bounds what stdinRelay keeps of the caller's stdin to
+// give a later attempt; an exec given more is not made again.
+const maxReplayBytes = 1 << 20
 
 // notStarted reports whether err says the exec started nothing.
 func notStarted(err error) bool {
@@ -44,34 +49,42 @@ func notStarted(err error) bool {
 // errAttemptOver is what an abandoned attempt's reader returns.
 var errAttemptOver = errors.New("kubernetes: this exec attempt is over")
 
+// maxEmptyReads is how many reads of the caller's stdin in a row may
+// return nothing and no error before the relay gives io.ErrNoProgress.
+const maxEmptyReads = 100
+
 // stdinRelay hands the caller's stdin to one exec attempt after
-// another without losing a byte to an abandoned one: it reads src
-// only when an attempt asks, keeps what it read until a live attempt
-// takes it, and says whether any attempt was given a byte (after which
-// the exec is not made again).
+// another: it reads src only when the live attempt asks (client-go's
+// stdin copy starts as soon as the streams exist, before the runtime
+// answers, and outlives the attempt), keeps what it handed on, up to
+// maxReplayBytes, and gives it again from the start to the next
+// attempt; an ended attempt's pending read returns and takes nothing.
 type stdinRelay struct {
 	src io.Reader
 
-	mu        sync.Mutex
-	pending   []byte
-	err       error         // src's error, once it gave one
-	filling   chan struct{} // closed when the read under way returns
-	delivered bool
+	mu       sync.Mutex
+	sent     []byte // what attempts were given, while not overflowed
+	overflow bool   // more than maxReplayBytes were given: no replay
+	pending  []byte // read from src, given to no attempt yet
+	err      error  // src's error, once it gave one
+	filling  chan struct{}
+	empty    int // (0, nil) reads of src in a row
 }
 
 func newStdinRelay(src io.Reader) *stdinRelay { return &stdinRelay{src: src} }
 
-// attempt is the stdin of one exec attempt; end it (end) before the
-// next attempt begins.
+// attempt is the stdin of one exec attempt; end it before the next
+// attempt begins.
 func (r *stdinRelay) attempt() *relayAttempt {
 	return &relayAttempt{r: r, over: make(chan struct{})}
 }
 
-// gaveAny reports whether an attempt was given any byte of src.
-func (r *stdinRelay) gaveAny() bool {
+// replayable reports whether a next attempt can be given everything
+// the earlier ones were.
+func (r *stdinRelay) replayable() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.delivered
+	return !r.overflow
 }
 
 func (r *stdinRelay) fill(done chan struct{}) {
@@ -79,8 +92,15 @@ func (r *stdinRelay) fill(done chan struct{}) {
 	n, err := r.src.Read(buf)
 	r.mu.Lock()
 	r.pending = append(r.pending, buf[:n]...)
-	if err != nil {
+	switch {
+	case err != nil:
 		r.err = err
+	case n > 0:
+		r.empty = 0
+	default:
+		if r.empty++; r.empty >= maxEmptyReads {
+			r.err = io.ErrNoProgress
+		}
 	}
 	r.filling = nil
 	r.mu.Unlock()
@@ -92,6 +112,7 @@ type relayAttempt struct {
 	over chan struct{}
 	once sync.Once
 	dead bool // under r.mu
+	off  int  // how much of r.sent this attempt was given (under r.mu)
 }
 
 // end marks the attempt over: its reader gives nothing more, and a read
@@ -113,19 +134,31 @@ func (a *relayAttempt) Read(p []byte) (int, error) {
 		case a.dead:
 			r.mu.Unlock()
 			return 0, errAttemptOver
+		case len(p) == 0:
+			r.mu.Unlock()
+			return 0, nil
+		case !r.overflow && a.off < len(r.sent):
+			n := copy(p, r.sent[a.off:])
+			a.off += n
+			r.mu.Unlock()
+			return n, nil
 		case len(r.pending) > 0:
 			n := copy(p, r.pending)
 			r.pending = r.pending[n:]
-			r.delivered = true
+			if !r.overflow {
+				if len(r.sent)+n > maxReplayBytes {
+					r.overflow, r.sent = true, nil
+				} else {
+					r.sent = append(r.sent, p[:n]...)
+					a.off = len(r.sent)
+				}
+			}
 			r.mu.Unlock()
 			return n, nil
 		case r.err != nil:
 			err := r.err
 			r.mu.Unlock()
 			return 0, err
-		case len(p) == 0:
-			r.mu.Unlock()
-			return 0, nil
 		}
 		if r.filling == nil {
 			r.filling = make(chan struct{})
