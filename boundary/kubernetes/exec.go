@@ -206,7 +206,7 @@ func (s *sandbox) saveStageConfig(ctx context.Context, frame []byte) error {
 // stream runs exe's exec with opts, its stdin being frame followed by
 // what relay hands on (when frame is not nil). An exec that the runtime
 // refused before it started anything (notStarted) is made again, after
-// a backoff, up to execAttempts times in all, while relay can replay
+// a backoff, for up to execRetryFor, while relay can replay
 // what it gave the failed one, ctx is live, the Pod is there and stop
 // (closed by a signal to the process) is open: a loaded node's runtime
 // misses its own timeouts on the way to starting an exec (CI's
@@ -216,6 +216,7 @@ func (s *sandbox) saveStageConfig(ctx context.Context, frame []byte) error {
 func (s *sandbox) stream(ctx context.Context, exe remotecommand.Executor, opts remotecommand.StreamOptions, frame []byte, relay *stdinRelay, stop <-chan struct{}) error {
 	retry := opts.Stdin == nil || frame != nil
 	wait := execBackoff
+	first := time.Now()
 	var err error
 	n := 0
 	for {
@@ -233,13 +234,13 @@ func (s *sandbox) stream(ctx context.Context, exe remotecommand.Executor, opts r
 		if a != nil {
 			a.end()
 		}
-		if !retry || !notStarted(err) || n >= execAttempts || (relay != nil && !relay.replayable()) || !s.backoff(ctx, stop, wait) {
+		if !retry || !notStarted(err) || time.Since(first)+wait > execRetryFor || (relay != nil && !relay.replayable()) || !s.backoff(ctx, stop, wait) {
 			break
 		}
-		wait *= 2
+		wait = min(2*wait, maxExecBackoff)
 	}
 	if n > 1 && notStarted(err) {
-		err = fmt.Errorf("%w (the exec was made %d times; the runtime started none of them)", err, n)
+		err = fmt.Errorf("%w (the exec was made %d times in %s; the runtime started none of them)", err, n, time.Since(first).Round(time.Millisecond))
 	}
 	return err
 }
