@@ -188,14 +188,7 @@ func TestAttributeUnavailable(t *testing.T) {
 }
 
 func BenchmarkAttribute(b *testing.B) {
-	ln := listen(b, "tcp", "127.0.0.1:0")
-	cl, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cl.Close()
-	cl.Write([]byte("x"))
-	c := acceptOne(b, ln)
+	_, c := loopbackPair(b)
 	a := New(os.Getpid())
 	if got := a.Attribute(c); got.Status != boundary.AttributionResolved {
 		b.Fatalf("got %+v", got)
@@ -211,14 +204,7 @@ func BenchmarkAttribute(b *testing.B) {
 // BenchmarkPeerLookup compares the two ways to find the peer's socket, in
 // one run: the sock_diag lookup of the 4-tuple and the table read.
 func BenchmarkPeerLookup(b *testing.B) {
-	ln := listen(b, "tcp", "127.0.0.1:0")
-	cl, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cl.Close()
-	cl.Write([]byte("x"))
-	acceptOne(b, ln)
+	cl, _ := loopbackPair(b)
 	local, remote := ends(cl)
 	ns := ownNetns(b)
 	a := &attributor{netnsPID: os.Getpid()}
@@ -236,4 +222,17 @@ func BenchmarkPeerLookup(b *testing.B) {
 			}
 		}
 	})
+}
+
+// loopbackPair is a TCP connection on loopback that has carried a byte:
+// the dialled end and the accepted one, both closed when b ends.
+func loopbackPair(b *testing.B) (cl, c net.Conn) {
+	ln := listen(b, "tcp", "127.0.0.1:0")
+	cl, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cl.Close() })
+	cl.Write([]byte("x"))
+	return cl, acceptOne(b, ln)
 }

@@ -101,19 +101,7 @@ func TestClusterExecEnvOnStdin(t *testing.T) {
 			t.Fatal(err)
 		}
 		slave.Close()
-		got := make(chan string, 1)
-		go func() {
-			var acc []byte
-			b := make([]byte, 4096)
-			for !bytes.Contains(acc, []byte("|done")) {
-				n, err := master.Read(b)
-				if err != nil {
-					break
-				}
-				acc = append(acc, b[:n]...)
-			}
-			got <- string(acc)
-		}()
+		got := readUntil(master, "|done")
 		if code := waitCode(t, r); code != 0 {
 			t.Fatalf("exit %d", code)
 		}

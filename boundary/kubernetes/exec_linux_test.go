@@ -207,19 +207,7 @@ func TestExecTTYCarriesNoSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	slave.Close()
-	got := make(chan string, 1)
-	go func() {
-		var acc []byte
-		b := make([]byte, 4096)
-		for !bytes.Contains(acc, []byte("|done")) {
-			n, err := master.Read(b)
-			if err != nil {
-				break
-			}
-			acc = append(acc, b[:n]...)
-		}
-		got <- string(acc)
-	}()
+	got := readUntil(master, "|done")
 	if code := waitCode(t, r); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
@@ -239,6 +227,25 @@ func TestExecTTYCarriesNoSecret(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(x.procDir, "*.stage")); len(left) != 0 {
 		t.Errorf("saved configurations left: %v", left)
 	}
+}
+
+// readUntil reads master until what it read holds end, or until a read
+// fails, and then sends all it read.
+func readUntil(master *os.File, end string) <-chan string {
+	got := make(chan string, 1)
+	go func() {
+		var acc []byte
+		b := make([]byte, 4096)
+		for !bytes.Contains(acc, []byte(end)) {
+			n, err := master.Read(b)
+			if err != nil {
+				break
+			}
+			acc = append(acc, b[:n]...)
+		}
+		got <- string(acc)
+	}()
+	return got
 }
 
 func openPTY(t *testing.T) (master, slave *os.File) {

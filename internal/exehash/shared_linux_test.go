@@ -68,22 +68,9 @@ func TestFileSharedAcrossProcesses(t *testing.T) {
 	unlinkEntry(t, p)
 	state := filepath.Join(dir, "state")
 
-	h0, s0 := hashCount(), hits()
-	got, err := FileShared(p, 1<<20, state)
-	if err != nil || got != sumOf([]byte("the binary")) {
-		t.Fatalf("first: %q, %v", got, err)
-	}
-	if hashCount() != h0+1 || hits() != s0 {
-		t.Fatalf("first: %d hashes, %d shared answers; want 1 and 0", hashCount()-h0, hits()-s0)
-	}
+	expectSum(t, "first", p, state, "the binary", 1, 0)
 	newProcess()
-	got, err = FileShared(p, 1<<20, state)
-	if err != nil || got != sumOf([]byte("the binary")) {
-		t.Fatalf("second process: %q, %v", got, err)
-	}
-	if hashCount() != h0+1 || hits() != s0+1 {
-		t.Fatalf("second process: %d hashes, %d shared answers; want none and 1", hashCount()-h0-1, hits()-s0)
-	}
+	expectSum(t, "second process", p, state, "the binary", 0, 1)
 
 	// A new version (its ctime is new) is hashed again, whatever the
 	// keyring holds for the old one.
@@ -97,12 +84,21 @@ func TestFileSharedAcrossProcesses(t *testing.T) {
 	write(t, p, []byte("another binary"))
 	unlinkEntry(t, p)
 	newProcess()
-	got, err = FileShared(p, 1<<20, state)
-	if err != nil || got != sumOf([]byte("another binary")) {
-		t.Fatalf("changed: %q, %v", got, err)
+	expectSum(t, "changed", p, state, "another binary", 1, 0)
+}
+
+// expectSum calls FileShared(p) and fails t unless it answers content's
+// sum after hashing the file hashed times and taking the keyring's entry
+// shared times.
+func expectSum(t *testing.T, what, p, state, content string, hashed, shared int) {
+	t.Helper()
+	h0, s0 := hashCount(), hits()
+	got, err := FileShared(p, 1<<20, state)
+	if err != nil || got != sumOf([]byte(content)) {
+		t.Fatalf("%s: %q, %v", what, got, err)
 	}
-	if hashCount() != h0+2 {
-		t.Fatalf("changed: not hashed again")
+	if dh, ds := hashCount()-h0, hits()-s0; dh != hashed || ds != shared {
+		t.Fatalf("%s: %d hashes, %d shared answers; want %d and %d", what, dh, ds, hashed, shared)
 	}
 }
 
@@ -138,20 +134,11 @@ func TestFileSharedPlantedEntry(t *testing.T) {
 				t.Fatal(err)
 			}
 			newProcess()
-			h0, s0 := hashCount(), hits()
-			got, err := FileShared(p, 1<<20, state)
-			if err != nil || got != sumOf([]byte("the binary")) {
-				t.Fatalf("got %q, %v; want the file's own sum", got, err)
-			}
-			if hashCount() != h0+1 || hits() != s0 {
-				t.Fatalf("%d hashes, %d shared answers; want 1 and 0", hashCount()-h0, hits()-s0)
-			}
+			expectSum(t, "planted", p, state, "the binary", 1, 0)
 			// Control: FileShared replaced the planted entry with its own,
 			// which the next process takes.
 			newProcess()
-			if got, err := FileShared(p, 1<<20, state); err != nil || got != sumOf([]byte("the binary")) || hits() != s0+1 {
-				t.Fatalf("control: %q, %v, %d shared answers", got, err, hits()-s0)
-			}
+			expectSum(t, "control", p, state, "the binary", 0, 1)
 		})
 	}
 }
@@ -184,10 +171,7 @@ func TestFileSharedSecretChecks(t *testing.T) {
 			}
 			for range 2 {
 				newProcess()
-				h0 := hashCount()
-				if got, err := FileShared(p, 1<<20, state); err != nil || got != sumOf([]byte("the binary")) || hashCount() != h0+1 {
-					t.Fatalf("got %q, %v, %d hashes; want the sum, hashed", got, err, hashCount()-h0)
-				}
+				expectSum(t, "unshared state", p, state, "the binary", 1, 0)
 			}
 		})
 	}
