@@ -28,6 +28,13 @@ func watchStateDir(ctx context.Context, dir, sock string, every time.Duration) <
 		fi, err := os.Lstat(p)
 		return err == nil && os.SameFile(fi, was)
 	}
+	return pollUntil(ctx, every, func() bool { return !same(dir, d0) || !same(sock, s0) })
+}
+
+// pollUntil returns a channel closed once cond, asked every interval,
+// holds; never closed if ctx ends first.
+func pollUntil(ctx context.Context, every time.Duration, cond func() bool) <-chan struct{} {
+	gone := make(chan struct{})
 	go func() {
 		t := time.NewTicker(every)
 		defer t.Stop()
@@ -36,7 +43,7 @@ func watchStateDir(ctx context.Context, dir, sock string, every time.Duration) <
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if !same(dir, d0) || !same(sock, s0) {
+				if cond() {
 					close(gone)
 					return
 				}

@@ -189,22 +189,7 @@ func watchInit(ctx context.Context, hostPID int) <-chan struct{} {
 	if hostPID <= 0 || start == 0 {
 		return gone // nothing to watch: never closed
 	}
-	go func() {
-		t := time.NewTicker(initGonePoll)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if procStart(hostPID) != start {
-					close(gone)
-					return
-				}
-			}
-		}
-	}()
-	return gone
+	return pollUntil(ctx, initGonePoll, func() bool { return procStart(hostPID) != start })
 }
 
 type supervisor struct {
