@@ -44,6 +44,16 @@
 // nothing of it) and removes it. The exec's streams themselves are TLS
 // from moat to the API server and on to the kubelet.
 //
+// A loaded node's runtime answers some execs with an error before it has
+// made any process for them (containerd: "failed to load task", "failed
+// to create exec"; its CRI attaches an exec's stdin only once the
+// process has started). Such an exec is made again for up to 30 s, with
+// the frame and whatever of the caller's stdin the failed attempt was
+// handed (kept up to 1 MiB: beyond it, no retry), unless the process was
+// signalled meanwhile (then it is refused, never started late). Any
+// other error, and a terminal's exec, is not retried: an exec that may
+// have run is never made twice (exec.go, relay.go).
+//
 // # Egress interception on Kubernetes
 //
 // On the native and gVisor backends the sandbox's network namespace holds
