@@ -252,22 +252,22 @@ func (s *sandbox) backoff(ctx context.Context, stop <-chan struct{}, d time.Dura
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return false
 	case <-s.gone:
-		return false
 	case <-stop:
-		return false
 	case <-t.C:
+		// The timer and an end may be ready together: the end wins.
+		return ctx.Err() == nil && !closed(s.gone) && !closed(stop)
 	}
+	return false
+}
+
+// closed reports whether ch is closed (a nil ch never is).
+func closed(ch <-chan struct{}) bool {
 	select {
-	case <-ctx.Done():
-		return false
-	case <-s.gone:
-		return false
-	case <-stop:
-		return false
-	default:
+	case <-ch:
 		return true
+	default:
+		return false
 	}
 }
 

@@ -389,3 +389,20 @@ func TestStdinRelayNoProgress(t *testing.T) {
 type emptyReader struct{}
 
 func (emptyReader) Read([]byte) (int, error) { return 0, nil }
+
+// A backoff whose timer is ready together with an end says no further
+// attempt, every time (select alone would pick either).
+func TestBackoffEndWinsOverTimer(t *testing.T) {
+	ended := make(chan struct{})
+	close(ended)
+	s := &sandbox{gone: make(chan struct{})}
+	for range 200 {
+		if s.backoff(context.Background(), ended, 0) {
+			t.Fatal("backoff allowed another attempt after stop closed")
+		}
+	}
+	// Control: without an end, the same backoff allows one.
+	if !s.backoff(context.Background(), nil, 0) {
+		t.Fatal("backoff refused another attempt with nothing ended")
+	}
+}

@@ -59,14 +59,21 @@ func newProcess() { mu.Lock(); clear(cache); mu.Unlock() }
 
 func hits() int { mu.Lock(); defer mu.Unlock(); return sharedHits }
 
-func TestFileSharedAcrossProcesses(t *testing.T) {
+// sharedFixture is a settled file "the binary" that the keyring has no
+// entry for, and a state directory's path beside it.
+func sharedFixture(t *testing.T) (p, state string) {
+	t.Helper()
 	needKeyring(t)
 	settled(t)
 	dir := t.TempDir()
-	p := filepath.Join(dir, "moat")
+	p = filepath.Join(dir, "moat")
 	write(t, p, []byte("the binary"))
 	unlinkEntry(t, p)
-	state := filepath.Join(dir, "state")
+	return p, filepath.Join(dir, "state")
+}
+
+func TestFileSharedAcrossProcesses(t *testing.T) {
+	p, state := sharedFixture(t)
 
 	expectSum(t, "first", p, state, "the binary", 1, 0)
 	newProcess()
@@ -107,13 +114,7 @@ func expectSum(t *testing.T, what, p, state, content string, hashed, shared int)
 // returned. The control is the entry FileShared itself leaves, which
 // the next process believes.
 func TestFileSharedPlantedEntry(t *testing.T) {
-	needKeyring(t)
-	settled(t)
-	dir := t.TempDir()
-	p := filepath.Join(dir, "moat")
-	write(t, p, []byte("the binary"))
-	unlinkEntry(t, p)
-	state := filepath.Join(dir, "state")
+	p, state := sharedFixture(t)
 	f, _ := os.Open(p)
 	k, _, _ := stat(f)
 	f.Close()
