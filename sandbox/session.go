@@ -627,11 +627,24 @@ func (s *Session) Start(ctx context.Context, argv []string, stdin io.Reader, std
 	if f, ok := s.sb.(boundary.ImageFiles); !ok || !f.FilesFromImage() {
 		rec.Executable, rec.SHA256 = s.resolveExecutable(argv[0])
 	}
-	if _, err := s.w.Append(rec); err != nil {
+	// Written in its place before Start returns (every later record, a
+	// broker request's among them, follows it), and made durable in the
+	// background: nothing waits for this fsync. The process is running
+	// already, and its only way out is the broker, whose pre-effect
+	// records are synced before anything leaves (an fsync covers every
+	// line before it). If the sync fails, the journal is poisoned and
+	// the run ends (journalFault), as on any journal failure.
+	_, wait, err := s.w.AppendAsync(rec)
+	if err != nil {
 		proc.Signal(syscall.SIGKILL)
 		proc.Wait()
 		return "", nil, fmt.Errorf("journal: %w", err)
 	}
+	go func() {
+		if err := wait(); err != nil {
+			s.journalFault(fmt.Errorf("process.started of %s could not be made durable: %w", id, err))
+		}
+	}()
 	s.mu.Lock()
 	s.running[id] = proc
 	if n, ok := s.oomKills(); ok {
@@ -684,23 +697,16 @@ func (s *Session) resolveExecutable(argv0 string) (string, string) {
 	return "", ""
 }
 
-// Exited journals process.exited for a process started with Start.
+// exitedAsync journals process.exited for a process started with Start:
+// it returns once the record is written in its place in the journal, and
+// wait returns once it is durable. moat run appends run.terminated (and
+// syncs it) once the sandbox is torn down, so that the two records share
+// one fsync, and calls wait after that; a sandbox's supervisor answers
+// the exec's client first and waits after.
 //
 // oom is true when the kernel killed it for using more memory than the
 // sandbox's limit: it died of SIGKILL while the memory cgroup counted an
 // out-of-memory kill.
-func (s *Session) Exited(id string, code int) (oom bool, err error) {
-	oom, wait, err := s.exitedAsync(id, code)
-	if err != nil {
-		return oom, err
-	}
-	return oom, wait()
-}
-
-// exitedAsync is Exited up to the record written in its place in the
-// journal; wait returns once it is durable. moat run appends run.terminated
-// (and syncs it) once the sandbox is torn down, so that the two records
-// share one fsync, and calls wait after that.
 func (s *Session) exitedAsync(id string, code int) (oom bool, wait func() error, err error) {
 	s.mu.Lock()
 	delete(s.running, id)
@@ -723,6 +729,17 @@ func (s *Session) Processes() map[string]int {
 		m[id] = p.HostPID()
 	}
 	return m
+}
+
+// journalFault ends the run after a record the session wrote could not
+// be made durable: the journal is poisoned (every later append fails, a
+// broker request's pre-effect record among them), and the run is
+// cancelled as when the broker's own append fails.
+func (s *Session) journalFault(err error) {
+	select {
+	case s.fatal <- Fatal{Reason: string(broker.ReasonAuditFailure), Msg: err.Error()}:
+	default:
+	}
 }
 
 func (s *Session) brokerFailed() error {

@@ -312,8 +312,19 @@ func (sv *supervisor) handle(ctx context.Context, c *net.UnixConn) {
 			proc.Signal(syscall.SIGKILL)
 			<-done
 		}
-		sv.sess.Exited(id, code) // journals oom_killed when it was
+		// process.exited is written in its place before the reply (a
+		// reader of the journal finds it), and synced after it: the
+		// client does not wait for the fsync. A failed sync or write
+		// poisons the journal and ends the sandbox (journalFault): no
+		// later request can leave without its record.
+		_, wait, err := sv.sess.exitedAsync(id, code) // journals oom_killed when it was
 		reply(c, execReply{Exited: true, Code: code})
+		if err == nil {
+			err = wait()
+		}
+		if err != nil {
+			sv.sess.journalFault(fmt.Errorf("process.exited of %s: %w", id, err))
+		}
 	default:
 		reply(c, execReply{Error: fmt.Sprintf("unknown control op %q", req.Op)})
 	}
