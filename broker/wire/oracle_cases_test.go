@@ -40,7 +40,7 @@ func TestAdmitMatchesOracle(t *testing.T) {
 	}
 	n := 0
 	for _, body := range bodies {
-		for api := range apis {
+		for api := range apis() {
 			for _, ep := range Endpoints(api) {
 				req, ref := Admit(api, ep, []byte(body), testLimits)
 				if msg := sameAdmission(req, ref, []byte(body), api, ep, testLimits); msg != "" {

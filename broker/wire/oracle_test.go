@@ -15,7 +15,7 @@ import (
 // tokens and stream, or the same refusal, code and message.
 
 func admitTree(api, endpointPath string, body []byte, lim Limits) (*Request, *Refusal) {
-	spec, ok := apis[api]
+	spec, ok := apis()[api]
 	if !ok {
 		return nil, refuse(ReasonWrongEndpoint, "", "API %q is not supported (supported: %s, %s, %s)", api, APIAnthropicMessages, APIOpenAIChat, APIOpenAIResponses)
 	}

@@ -72,6 +72,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/moat-sandbox/moat/internal/strictjson"
@@ -151,23 +152,30 @@ type apiSpec struct {
 	endpoints map[string]*endpoint
 }
 
-var apis = map[string]*apiSpec{
-	APIAnthropicMessages: {endpoints: map[string]*endpoint{
-		"/v1/messages":              {schema: anthropicMessages, tokenFields: []string{"max_tokens"}},
-		"/v1/messages/count_tokens": {schema: anthropicCountTokens},
-	}},
-	APIOpenAIChat: {endpoints: map[string]*endpoint{
-		"/v1/chat/completions": {schema: openaiChat, tokenFields: []string{"max_completion_tokens", "max_tokens"}},
-	}},
-	APIOpenAIResponses: {endpoints: map[string]*endpoint{
-		"/v1/responses": {schema: openaiResponses, tokenFields: []string{"max_output_tokens"}, forceFalse: []string{"store"}},
-	}},
-}
+// apis is built on first use: the trees are some 900 allocations, which
+// every moat process (the CLI, each re-executed helper, each sandbox's
+// init and stage) would otherwise pay in its start-up, admitting a body
+// or not.
+var apis = sync.OnceValue(func() map[string]*apiSpec {
+	anthropicMessages, anthropicCountTokens := anthropicSchemas()
+	return map[string]*apiSpec{
+		APIAnthropicMessages: {endpoints: map[string]*endpoint{
+			"/v1/messages":              {schema: anthropicMessages, tokenFields: []string{"max_tokens"}},
+			"/v1/messages/count_tokens": {schema: anthropicCountTokens},
+		}},
+		APIOpenAIChat: {endpoints: map[string]*endpoint{
+			"/v1/chat/completions": {schema: openaiChatSchema(), tokenFields: []string{"max_completion_tokens", "max_tokens"}},
+		}},
+		APIOpenAIResponses: {endpoints: map[string]*endpoint{
+			"/v1/responses": {schema: openaiResponsesSchema(), tokenFields: []string{"max_output_tokens"}, forceFalse: []string{"store"}},
+		}},
+	}
+})
 
 // Endpoints returns the POST paths that api admits, sorted; nil for an
 // unknown API.
 func Endpoints(api string) []string {
-	spec, ok := apis[api]
+	spec, ok := apis()[api]
 	if !ok {
 		return nil
 	}
@@ -183,7 +191,7 @@ func Endpoints(api string) []string {
 // api, against the API's allowlist and lim. It returns the request to
 // forward, or a refusal.
 func Admit(api, endpointPath string, body []byte, lim Limits) (*Request, *Refusal) {
-	spec, ok := apis[api]
+	spec, ok := apis()[api]
 	if !ok {
 		return nil, refuse(ReasonWrongEndpoint, "", "API %q is not supported (supported: %s, %s, %s)", api, APIAnthropicMessages, APIOpenAIChat, APIOpenAIResponses)
 	}
