@@ -57,7 +57,10 @@ func newPyPIRegistry(base *registry, pins []PyPIPin) (*pypiRegistry, error) {
 	return r, nil
 }
 
-var pypiAnchor = regexp.MustCompile(`(?is)<a\s[^>]*?href\s*=\s*"([^"]*)"[^>]*>`)
+// Compiled on first use, not in every moat process's start-up.
+var pypiAnchor = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(?is)<a\s[^>]*?href\s*=\s*"([^"]*)"[^>]*>`)
+})
 
 func (b *Broker) servePyPI(x *exchange, req *request, r *pypiRegistry, rest string) bool {
 	kind := policy.PackagePyPI
@@ -117,7 +120,7 @@ func (r *pypiRegistry) filterIndex(name, path string, data []byte) ([]byte, erro
 	var out strings.Builder
 	out.WriteString("<!DOCTYPE html>\n<html><body>\n")
 	seen := map[string]bool{}
-	for _, m := range pypiAnchor.FindAllSubmatch(data, -1) {
+	for _, m := range pypiAnchor().FindAllSubmatch(data, -1) {
 		href := html.UnescapeString(string(m[1]))
 		u, err := base.Parse(href)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/moat-sandbox/moat/audit"
 	"github.com/moat-sandbox/moat/internal/ledger"
@@ -137,11 +138,14 @@ type BrokerObservations struct {
 	SubstitutedRefused    bool `json:"substituted_refused"`     // inference.refused approval_substituted
 }
 
-var brokerFileRE = regexp.MustCompile(`^(journal-[a-z0-9]{1,16}\.jsonl|pubkey-[a-z0-9]{1,16}\.pem)$`)
+// Compiled on first use, not in every moat process's start-up.
+var brokerFileRE = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^(journal-[a-z0-9]{1,16}\.jsonl|pubkey-[a-z0-9]{1,16}\.pem)$`)
+})
 
 // brokerCaseFileOK says whether a broker case directory may hold fn.
 func brokerCaseFileOK(fn string) bool {
-	return fn == FileFaultHost || fn == FileFaultLedger || brokerFileRE.MatchString(fn)
+	return fn == FileFaultHost || fn == FileFaultLedger || brokerFileRE().MatchString(fn)
 }
 
 func brokerJournalFile(sb string) string { return "journal-" + sb + ".jsonl" }
@@ -156,7 +160,7 @@ func ObserveBrokerFault(dir string) (BrokerFaultHost, BrokerObservations, error)
 		return h, o, fmt.Errorf("%s: %w", FileFaultHost, err)
 	}
 	for i, sb := range h.Sandboxes {
-		if !brokerFileRE.MatchString(brokerJournalFile(sb)) || slices.Contains(h.Sandboxes[:i], sb) {
+		if !brokerFileRE().MatchString(brokerJournalFile(sb)) || slices.Contains(h.Sandboxes[:i], sb) {
 			return h, o, fmt.Errorf("%s: sandbox name %q invalid or repeated", FileFaultHost, sb)
 		}
 	}
@@ -167,7 +171,7 @@ func ObserveBrokerFault(dir string) (BrokerFaultHost, BrokerObservations, error)
 	}
 	for _, e := range ents {
 		n := e.Name()
-		if !brokerFileRE.MatchString(n) {
+		if !brokerFileRE().MatchString(n) {
 			continue
 		}
 		sb := strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(n, "journal-"), "pubkey-"), ".jsonl"), ".pem")
