@@ -344,6 +344,20 @@ func (b *Broker) Close() error {
 	return nil
 }
 
+// JournalFailed stops all effects after a record the broker did not write
+// (a process record of the session's) failed: full is true when the
+// journal reached its size or record limit (journal_limit), false when a
+// write or sync failed (audit_failure, and nothing is journaled again).
+// OnFatal is called as for the broker's own records; later calls, and
+// calls after another fatal event, do nothing.
+func (b *Broker) JournalFailed(full bool, err error) {
+	if full {
+		b.fatal(ReasonJournalLimit, err)
+		return
+	}
+	b.journalFailed(err)
+}
+
 // Failed reports the fatal event that stopped all effects, or nil.
 func (b *Broker) Failed() error {
 	b.fatalMu.Lock()

@@ -570,3 +570,37 @@ func TestLoopbackOnlyDialGuard(t *testing.T) {
 		}
 	}
 }
+
+// TestJournalFailedFromOutside: a process record the session could not
+// write stops the broker as its own record's failure does: a request
+// that worked before is refused afterwards and never reaches the
+// provider, OnFatal names the reason once, and a second report changes
+// nothing. A full journal ends the run with journal_limit.
+func TestJournalFailedFromOutside(t *testing.T) {
+	for _, tc := range []struct {
+		full   bool
+		reason Reason
+	}{{false, ReasonAuditFailure}, {true, ReasonJournalLimit}} {
+		t.Run(string(tc.reason), func(t *testing.T) {
+			h := newHarness(t, 10)
+			h.mustSucceed() // control: the same request works before
+			h.b.JournalFailed(tc.full, errors.New("process.exited of p1: disk on fire"))
+			expectFatal(t, h, tc.reason)
+			if r := h.raw(post("/v1/messages", anthropicBody)); r.status != 503 {
+				t.Errorf("after the fault: status %d, want 503", r.status)
+			}
+			if got := h.fp.count(); got != 1 {
+				t.Errorf("provider saw %d requests, want 1 (the one before the fault)", got)
+			}
+			h.b.JournalFailed(!tc.full, errors.New("again"))
+			select {
+			case got := <-h.fatal:
+				t.Errorf("a second OnFatal(%q) after the first", got)
+			case <-time.After(100 * time.Millisecond):
+			}
+			if err := h.b.Failed(); err == nil || !strings.Contains(err.Error(), "disk on fire") {
+				t.Errorf("Failed() = %v, want the first report", err)
+			}
+		})
+	}
+}

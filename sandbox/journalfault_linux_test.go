@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -103,6 +105,9 @@ func journalTypes(t *testing.T, path string) []string {
 	return types
 }
 
+// journalFaultChildEnv marks the child that TestExecJournalFault runs in.
+const journalFaultChildEnv = "MOAT_SANDBOX_TEST_JOURNAL_FAULT_CHILD"
+
 // TestExecJournalFault: a sandbox exec's process.exited is written
 // before the client is answered and synced after; when the journal fails
 // under it (here: the write fails for real, with EFBIG, past an
@@ -112,7 +117,20 @@ func journalTypes(t *testing.T, path string) []string {
 // without its record. Control: without the limit, the same exec is
 // answered, nothing is fatal, and both process records are in the
 // journal as soon as the client has its answer.
+//
+// The limit is process-wide, so the test runs in a child of its own (the
+// test binary again, for this test alone): no other goroutine's write can
+// meet it.
 func TestExecJournalFault(t *testing.T) {
+	if os.Getenv(journalFaultChildEnv) != "1" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestExecJournalFault$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), journalFaultChildEnv+"=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestExecJournalFault") {
+			t.Fatalf("the child failed (%v):\n%s", err, out)
+		}
+		return
+	}
 	mnt := t.TempDir()
 	newSession := func(dir string) (*Session, *heldSandbox) {
 		w, err := audit.Create(dir, "run-fault")
@@ -199,7 +217,7 @@ func TestExecJournalFault(t *testing.T) {
 	}
 	select {
 	case f := <-s.fatal:
-		if f.Reason != string(broker.ReasonAuditFailure) || !strings.Contains(f.Msg, "process.exited") {
+		if f.Reason != string(broker.ReasonAuditFailure) || !strings.Contains(f.Msg, "process.exited of p1") {
 			t.Fatalf("fatal %+v; want %s naming process.exited", f, broker.ReasonAuditFailure)
 		}
 		if f.TerminalReason() != audit.ReasonCancelled {
@@ -210,5 +228,35 @@ func TestExecJournalFault(t *testing.T) {
 	}
 	if _, err := s.w.Append(audit.ProcessExited{ProcessID: "p9"}); !errors.Is(err, audit.ErrPoisoned) {
 		t.Fatalf("an append after the fault: %v; want the journal poisoned", err)
+	}
+}
+
+// TestJournalFaultReasons: a journal that is closed or terminated means
+// the session is ending (nothing is reported); a full one ends the run
+// with journal_limit; any other failure with audit_failure.
+func TestJournalFaultReasons(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string // "" for none
+	}{
+		{audit.ErrClosed, ""},
+		{fmt.Errorf("wrapped: %w", audit.ErrTerminated), ""},
+		{fmt.Errorf("audit: refused: %w: ...", audit.ErrJournalFull), string(broker.ReasonJournalLimit)},
+		{fmt.Errorf("audit: refused: %w: ...", audit.ErrTooManyRecords), string(broker.ReasonJournalLimit)},
+		{fmt.Errorf("%w: fsync failed: EIO", audit.ErrPoisoned), string(broker.ReasonAuditFailure)},
+		{errors.New("anything else"), string(broker.ReasonAuditFailure)},
+	} {
+		s := &Session{fatal: make(chan Fatal, 1)}
+		s.journalFault("process.exited of p1", tc.err)
+		select {
+		case f := <-s.fatal:
+			if f.Reason != tc.want || !strings.Contains(f.Msg, "process.exited of p1") {
+				t.Errorf("%v: fatal %+v; want reason %q naming the record", tc.err, f, tc.want)
+			}
+		default:
+			if tc.want != "" {
+				t.Errorf("%v: nothing reported; want %s", tc.err, tc.want)
+			}
+		}
 	}
 }

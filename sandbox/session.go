@@ -627,13 +627,13 @@ func (s *Session) Start(ctx context.Context, argv []string, stdin io.Reader, std
 	if f, ok := s.sb.(boundary.ImageFiles); !ok || !f.FilesFromImage() {
 		rec.Executable, rec.SHA256 = s.resolveExecutable(argv[0])
 	}
-	// Written in its place before Start returns (every later record, a
-	// broker request's among them, follows it), and made durable in the
-	// background: nothing waits for this fsync. The process is running
-	// already, and its only way out is the broker, whose pre-effect
-	// records are synced before anything leaves (an fsync covers every
-	// line before it). If the sync fails, the journal is poisoned and
-	// the run ends (journalFault), as on any journal failure.
+	// Written before Start returns, and made durable in the background:
+	// nothing waits for this fsync. The process is running already (as
+	// it was before this record, always), and its only way out is the
+	// broker, whose pre-effect records are synced before anything leaves;
+	// the fsync of any record written after this one covers it too. If
+	// the write or sync fails, the run ends (journalFault), as on a
+	// failure of the broker's own records.
 	_, wait, err := s.w.AppendAsync(rec)
 	if err != nil {
 		proc.Signal(syscall.SIGKILL)
@@ -642,7 +642,7 @@ func (s *Session) Start(ctx context.Context, argv []string, stdin io.Reader, std
 	}
 	go func() {
 		if err := wait(); err != nil {
-			s.journalFault(fmt.Errorf("process.started of %s could not be made durable: %w", id, err))
+			s.journalFault("process.started of "+id+" could not be made durable", err)
 		}
 	}()
 	s.mu.Lock()
@@ -731,13 +731,31 @@ func (s *Session) Processes() map[string]int {
 	return m
 }
 
-// journalFault ends the run after a record the session wrote could not
-// be made durable: the journal is poisoned (every later append fails, a
-// broker request's pre-effect record among them), and the run is
-// cancelled as when the broker's own append fails.
-func (s *Session) journalFault(err error) {
+// journalFault ends the run after a process record the session wrote
+// failed (err is what Append, AppendAsync or its wait returned): through
+// the broker, so that it stops all effects (its tunnels and streams
+// included) before the supervisor or moat run tears the sandbox down,
+// and reports the reason on s.fatal as for its own records. A journal
+// that is closed or already terminated means the session is ending:
+// nothing to do. A full journal (audit.max_bytes or the record limit)
+// ends the run with journal_limit; a failed write or sync poisons the
+// journal and ends it with audit_failure.
+func (s *Session) journalFault(what string, err error) {
+	if errors.Is(err, audit.ErrClosed) || errors.Is(err, audit.ErrTerminated) {
+		return
+	}
+	full := errors.Is(err, audit.ErrJournalFull) || errors.Is(err, audit.ErrTooManyRecords)
+	err = fmt.Errorf("%s: %w", what, err)
+	if s.brk != nil {
+		s.brk.JournalFailed(full, err)
+		return
+	}
+	reason := broker.ReasonAuditFailure
+	if full {
+		reason = broker.ReasonJournalLimit
+	}
 	select {
-	case s.fatal <- Fatal{Reason: string(broker.ReasonAuditFailure), Msg: err.Error()}:
+	case s.fatal <- Fatal{Reason: string(reason), Msg: err.Error()}:
 	default:
 	}
 }

@@ -323,7 +323,7 @@ func (sv *supervisor) handle(ctx context.Context, c *net.UnixConn) {
 			err = wait()
 		}
 		if err != nil {
-			sv.sess.journalFault(fmt.Errorf("process.exited of %s: %w", id, err))
+			sv.sess.journalFault("process.exited of "+id, err)
 		}
 	default:
 		reply(c, execReply{Error: fmt.Sprintf("unknown control op %q", req.Op)})
