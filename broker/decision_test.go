@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -450,4 +452,70 @@ func bugDecisions(t *testing.T, name, src string) (n int, errs []string) {
 		return true
 	})
 	return n, errs
+}
+
+// TestNextRequestNotHeldByCompletionSync: the connection is read again as
+// soon as an answer is released, not once its completion record is
+// durable. Two requests on one kept connection are both answered while
+// the first's completion sync is held; the first's record is durable by
+// the time the second's pre-effect record is (one fsync covers both), and
+// Close waits for the held wait. Control: the same two requests with
+// nothing held.
+func TestNextRequestNotHeldByCompletionSync(t *testing.T) {
+	for _, held := range []bool{false, true} {
+		t.Run(fmt.Sprintf("held=%v", held), func(t *testing.T) {
+			h := newHarness(t, 10)
+			hold := make(chan struct{})
+			if held {
+				h.j.setHoldWait(hold)
+			}
+			c, err := h.send(post("/v1/messages", anthropicBody))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			br := bufio.NewReader(c)
+			if r := readResult(t, br, c); r.status != 200 || r.closed {
+				t.Fatalf("first: status %d closed %v", r.status, r.closed)
+			}
+			h.j.setHoldWait(nil)
+			if _, err := io.WriteString(c, post("/v1/messages", anthropicBody)); err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan result, 1)
+			go func() { got <- readResult(t, br, c) }()
+			select {
+			case r := <-got:
+				if r.status != 200 {
+					t.Fatalf("second: status %d %s", r.status, r.body)
+				}
+			case <-time.After(10 * time.Second):
+				close(hold)
+				t.Fatal("the second request on the connection waited for the first's completion sync")
+			}
+			if n := len(h.records(audit.TypeInferenceCompleted)); n != 2 {
+				t.Fatalf("%d completion records, want 2", n)
+			}
+			closed := make(chan struct{})
+			go func() { h.b.Close(); close(closed) }()
+			if held {
+				select {
+				case <-closed:
+					t.Fatal("Close returned while a completion record's wait was held")
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+			close(hold)
+			select {
+			case <-closed:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Close did not return once the wait was released")
+			}
+			select {
+			case f := <-h.fatal:
+				t.Fatalf("fatal %s", f)
+			default:
+			}
+		})
+	}
 }

@@ -125,9 +125,12 @@
 // (written and fsynced): that is the promise every other record rests on,
 // and the one fsync on a request's path. The inference.completed record is
 // written in its place in the journal before the answer (or the stream's
-// last chunk) is released, and its fsync runs while the answer goes out;
-// the request is done, and its connection read again, only once that sync
-// returned. Concurrent requests share fsyncs (the writer's group commit).
+// last chunk) is released; the request is then done and its connection
+// read again at once, and the record is made durable off that path
+// (syncSoon): 2 ms later its wait finds it covered by a later record's
+// fsync (the next request's pre-effect record, when requests come back to
+// back: one fsync per request instead of two) or syncs it itself.
+// Concurrent requests share fsyncs (the writer's group commit).
 //
 // Why the completion record may be synced after the answer is released:
 // the answer is an effect on the sandbox, not one that leaves it. Anything
@@ -137,8 +140,11 @@
 // which covers every line written before it. So no journal can show an
 // effect caused by an answer without that answer's completion record. If
 // the sync fails, the run ends (audit_failure), as on any journal failure.
-// A crash between the release and the sync leaves the durable pre-effect
-// record followed by none, part or all of the completion line (or zeros);
+// The same holds for the 2 ms a completion record may wait for another
+// record's fsync: no effect leaves in that time without an fsync that
+// covers it. A crash between the release and the sync leaves the durable
+// pre-effect record followed by none, part or all of the completion line
+// (or zeros);
 // the verifier reports such a journal incomplete, with every complete line
 // still verified (TestCrashBeforeCompletionSync). This is what a crash in
 // the middle of a stream left already.
