@@ -404,9 +404,9 @@ func (b *Broker) append(rec audit.Record) ([]byte, bool) {
 // appendAsync is append for a record that may become durable after the
 // call: with async and an asyncJournal, it returns once the line is
 // written in its place, and wait (nil when there is nothing to wait for)
-// makes it durable; the caller must call synced(wait) before it reports
-// the request done. Only completion records are written so (see doc.go:
-// why the answer may be released while its record syncs).
+// makes it durable; the caller hands it to syncSoon (or synced). Only
+// completion records are written so (see doc.go: why the answer may be
+// released before its record is durable).
 func (b *Broker) appendAsync(rec audit.Record, async bool) (line []byte, wait func() error, ok bool) {
 	if !b.journal.Load() {
 		return nil, nil, false

@@ -141,8 +141,14 @@
 // effect caused by an answer without that answer's completion record. If
 // the sync fails, the run ends (audit_failure), as on any journal failure.
 // The same holds for the 2 ms a completion record may wait for another
-// record's fsync: no effect leaves in that time without an fsync that
-// covers it. A crash between the release and the sync leaves the durable
+// record's fsync: no record of a new request, refusal or tunnel can be
+// durable in that time without covering it. (Bytes on an egress tunnel
+// opened before are not records: the tunnel's egress.closed, written and
+// synced after, covers the completion line; a failed sync stops the relay
+// within a chunk, as it did while the sync ran on the request's path.)
+// The request's canonical log line says completed once its answer is
+// released; a sync that fails afterwards is the run's fatal event and its
+// own log line. A crash between the release and the sync leaves the durable
 // pre-effect record followed by none, part or all of the completion line
 // (or zeros);
 // the verifier reports such a journal incomplete, with every complete line

@@ -80,6 +80,13 @@ func (j *testJournal) AppendAsync(r audit.Record) ([]byte, func() error, error) 
 		if err := wait(); err != nil || werr == nil {
 			return err
 		}
+		// As the real writer: a failed sync poisons it, so every later
+		// append fails too.
+		j.mu.Lock()
+		if j.fail == nil {
+			j.fail = werr
+		}
+		j.mu.Unlock()
 		return werr
 	}, nil
 }

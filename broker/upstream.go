@@ -124,9 +124,9 @@ func (b *Broker) forward(x *exchange, req *request, adm *wire.Request, fwd map[s
 	case err != nil || nested:
 		return b.failRequest(x, ReasonUpstreamEncoding, 502, fmt.Sprintf("provider %q sent a body that is compressed underneath its declared content coding; moat does not pass on compressed layers", p.name))
 	}
-	// The answer is released while its completion record syncs (doc.go
-	// says why that is safe): the record is written in its place first,
-	// and the request is done only once it is durable.
+	// The answer is released before its completion record is durable
+	// (doc.go says why that is safe): the record is written in its place
+	// first, and made durable off the request's path (syncSoon).
 	faultPoint(FaultPreComplete)
 	rsum := sha256.Sum256(data)
 	u := usageOf(data)

@@ -784,7 +784,13 @@ func (s *Session) Close(code int, reason audit.TerminalReason) {
 	s.closed = true
 	s.mu.Unlock()
 	if s.brk != nil {
+		// Close waits for the completion records still syncing; one that
+		// fails here poisons the journal, and run.terminated below fails
+		// to be written (the verifier reports the journal incomplete).
 		s.brk.Close()
+		if err := s.brk.Failed(); err != nil {
+			fmt.Fprintf(os.Stderr, "moat: run %s: the broker stopped: %v\n", s.RunID, err)
+		}
 	}
 	s.tools.stop()
 	if s.sb != nil {
