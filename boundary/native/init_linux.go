@@ -157,6 +157,11 @@ func InitMain(args []string) int {
 	for _, fd := range fds {
 		unix.Close(fd)
 	}
+	// The first start's stage is forked now, while the host finishes its
+	// side of the sandbox (listeners, the measurement's preparation): the
+	// measurement's helper then starts on a spare, as every later process
+	// does, and its stage's start-up is off the path.
+	in.refill()
 	for {
 		if err := ctl.ArmHeartbeat(cfg.SupervisorTimeout); err != nil {
 			return boundary.ExitRefused

@@ -13,8 +13,10 @@ import (
 // The spare stage
 //
 // Most of a start's time is the stage's own start-up: a fork into a new
-// user namespace and a Go runtime coming up in the moat binary. So after
-// each start the init forks the next stage ahead of time, the spare: it
+// user namespace and a Go runtime coming up in the moat binary. So once
+// the init is ready, and after each start, it forks the next stage ahead
+// of time, the spare (the first one comes up while the host finishes the
+// sandbox, so that the measurement's helper starts on a spare too): it
 // comes up in its own fresh user namespace and waits, unconfined but
 // running nothing but moat's own code, on a SOCK_SEQPACKET socketpair
 // (its fd stageErrFD) for one message: its stageConfig, with the three
