@@ -787,8 +787,11 @@ func (s *Session) Close(code int, reason audit.TerminalReason) {
 		// Close waits for the completion records still syncing; one that
 		// fails here poisons the journal, and run.terminated below fails
 		// to be written (the verifier reports the journal incomplete).
+		// Only a failure during Close is said here: an earlier one was
+		// reported when it ended the run.
+		before := s.brk.Failed()
 		s.brk.Close()
-		if err := s.brk.Failed(); err != nil {
+		if err := s.brk.Failed(); err != nil && before == nil {
 			fmt.Fprintf(os.Stderr, "moat: run %s: the broker stopped: %v\n", s.RunID, err)
 		}
 	}
