@@ -526,7 +526,11 @@
 // commit): one caller's fsync covers every line written before it. After any
 // write or fsync error the writer is poisoned and refuses everything, since
 // after a failed fsync Linux may report a later fsync as successful without
-// the data being on disk.
+// the data being on disk. Create writes pubkey.pem and the empty journal and
+// syncs the key file and the run directory in the background (moat prepares
+// its sandbox meanwhile); the first fsync of the journal waits for them, so
+// a durable line implies a durable key and directory entry, and their
+// failure poisons the writer as a failed fsync does.
 //
 // # Why by hand
 //

@@ -32,6 +32,13 @@ type Writer struct {
 	// of the fsync-ordering test); nothing else can reach it.
 	skipSync bool
 
+	// created is closed once pubkey.pem and the run directory's entries
+	// are durable (createErr says whether they are): the first fsync of
+	// the journal waits for it, so the run's first durable line implies
+	// both, and Create does not wait for them on the run's start path.
+	created   chan struct{}
+	createErr error
+
 	// syncMu serialises fsync and guards synced. Lock order: syncMu, then mu.
 	syncMu sync.Mutex
 	synced uint64 // number of lines known to be durable
@@ -61,7 +68,10 @@ const terminalReserve = 64 << 10
 // Create makes the run directory dir (mode 0700; it must not exist, or be
 // an empty directory), generates a fresh Ed25519 key that stays in memory,
 // writes dir/pubkey.pem and creates dir/journal.jsonl (mode 0600). The
-// directory entries are synced before Create returns.
+// key file and the directory's entries are synced in the background,
+// while the caller prepares its sandbox: the first line made durable (by
+// Append, or the sync of AppendAsync or Close) waits for them, and a
+// failure there poisons the Writer as a failed fsync of the journal does.
 func Create(dir, runID string) (*Writer, error) {
 	if !validRunID(runID) {
 		return nil, fmt.Errorf("audit: run id %q is not 1..%d characters of [A-Za-z0-9._:-]", runID, MaxRunIDBytes)
@@ -91,22 +101,45 @@ func create(dir, runID string, priv ed25519.PrivateKey, now func() time.Time) (*
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFileSync(filepath.Join(dir, PublicKeyFile), pubPEM, 0o644); err != nil {
+	kf, err := writeFile(filepath.Join(dir, PublicKeyFile), pubPEM, 0o644)
+	if err != nil {
 		return nil, err
 	}
 	path := filepath.Join(dir, JournalFile)
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
 	if err != nil {
+		kf.Close()
 		return nil, fmt.Errorf("audit: creating journal: %w", err)
 	}
-	if err := syncDir(dir); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return &Writer{
+	w := &Writer{
 		runID: runID, path: path, priv: priv, pub: pub, keyID: KeyID(pub), pubPEM: pubPEM,
-		f: f, prev: ZeroPrev, now: now, maxSize: MaxJournalBytes,
-	}, nil
+		f: f, prev: ZeroPrev, now: now, maxSize: MaxJournalBytes, created: make(chan struct{}),
+	}
+	go func() {
+		defer close(w.created)
+		w.createErr = syncCreated(kf, dir)
+	}()
+	return w, nil
+}
+
+// syncCreated makes the key file kf (closing it) and the entries of the
+// run directory dir durable. A variable for this package's tests.
+var syncCreated = func(kf *os.File, dir string) error {
+	err := kf.Sync()
+	if cerr := kf.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("audit: syncing %s: %w", kf.Name(), err)
+	}
+	return syncDir(dir)
+}
+
+// createdDurable waits until the key file and the directory entries are
+// durable, and says whether they are.
+func (w *Writer) createdDurable() error {
+	<-w.created
+	return w.createErr
 }
 
 func usableEmptyDir(dir string) error {
@@ -131,20 +164,18 @@ func usableEmptyDir(dir string) error {
 	return nil
 }
 
-func writeFileSync(path string, data []byte, mode os.FileMode) error {
+// writeFile creates path with data and returns it, still open (to be
+// synced).
+func writeFile(path string, data []byte, mode os.FileMode) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
-		return fmt.Errorf("audit: %w", err)
+		return nil, fmt.Errorf("audit: %w", err)
 	}
 	if _, err := f.Write(data); err != nil {
 		f.Close()
-		return fmt.Errorf("audit: writing %s: %w", path, err)
+		return nil, fmt.Errorf("audit: writing %s: %w", path, err)
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("audit: syncing %s: %w", path, err)
-	}
-	return f.Close()
+	return f, nil
 }
 
 func syncDir(dir string) error {
@@ -333,7 +364,7 @@ func (w *Writer) syncTo(ticket uint64) error {
 	if err != nil {
 		return err
 	}
-	if err := w.sync(f); err != nil {
+	if err := errors.Join(w.createdDurable(), w.sync(f)); err != nil {
 		w.mu.Lock()
 		if w.err == nil {
 			w.err = fmt.Errorf("%w: fsync failed: %w", ErrPoisoned, err)
@@ -367,9 +398,10 @@ func (w *Writer) Close() error {
 		return nil
 	}
 	w.closed = true
+	cerr := w.createdDurable() // also: nothing of Create runs after Close
 	var serr error
 	if w.err == nil && w.synced < w.written {
-		if serr = w.f.Sync(); serr != nil {
+		if serr = errors.Join(cerr, w.f.Sync()); serr != nil {
 			w.err = fmt.Errorf("%w: fsync failed: %w", ErrPoisoned, serr)
 			serr = w.err
 		} else {
