@@ -123,6 +123,10 @@ type Process struct {
 	Stderr io.Writer
 	// TTY, when non-nil, is the terminal given to the process as stdio.
 	TTY *os.File
+	// Last says that nothing will be started in the sandbox after this
+	// process (moat run's workload, a tool server): the backend need not
+	// prepare for another start. Another Start still works, only slower.
+	Last bool
 }
 
 // Sandbox is a prepared sandbox, owned by its supervisor. A backend never

@@ -216,7 +216,7 @@ func (s *Session) runMain(ctx context.Context, o RunOptions, ri *runinfo.Target,
 	if relay != nil {
 		tty = relay.Slave()
 	}
-	id, proc, err := s.Start(ctx, o.Argv, o.Stdin, o.Stdout, o.Stderr, tty)
+	id, proc, err := s.Start(ctx, o.Argv, o.Stdin, o.Stdout, o.Stderr, tty, true)
 	if relay != nil {
 		relay.CloseSlave()
 	}

@@ -598,8 +598,9 @@ func (s *Session) env(terminal bool) []string {
 }
 
 // Start starts argv in the sandbox and journals process.started. The
-// returned id names the process in the journal.
-func (s *Session) Start(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.Writer, tty *os.File) (string, boundary.Running, error) {
+// returned id names the process in the journal. last says that nothing
+// will be started after it (moat run's workload; boundary.Process.Last).
+func (s *Session) Start(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.Writer, tty *os.File, last bool) (string, boundary.Running, error) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -611,7 +612,7 @@ func (s *Session) Start(ctx context.Context, argv []string, stdin io.Reader, std
 	}
 	proc, err := s.sb.Start(ctx, boundary.Process{
 		Argv: argv, Env: s.env(tty != nil), Dir: s.pol.Process.Workdir,
-		Stdin: stdin, Stdout: stdout, Stderr: stderr, TTY: tty,
+		Stdin: stdin, Stdout: stdout, Stderr: stderr, TTY: tty, Last: last,
 	})
 	if err != nil {
 		err = fmt.Errorf("starting %q: %w", argv[0], err)

@@ -290,7 +290,7 @@ func (sv *supervisor) handle(ctx context.Context, c *net.UnixConn) {
 		if req.TTY {
 			tty = files[0]
 		}
-		id, proc, err := sv.sess.Start(ctx, req.Argv, files[0], files[1], files[2], tty)
+		id, proc, err := sv.sess.Start(ctx, req.Argv, files[0], files[1], files[2], tty, false)
 		if err != nil {
 			reply(c, execReply{Error: err.Error(), Code: startCode(err)})
 			return

@@ -149,7 +149,7 @@ func (ts *toolServers) startCommand(ctx context.Context, be boundary.Backend, po
 	ts.files = append(ts.files, inW, outR)
 	ts.mu.Unlock()
 	_, err = sb.Start(ctx, boundary.Process{Argv: e.Command, Env: env, Dir: spol.Process.Workdir,
-		Stdin: inR, Stdout: outW, Stderr: errLog})
+		Stdin: inR, Stdout: outW, Stderr: errLog, Last: true})
 	inR.Close()
 	outW.Close()
 	if err != nil {

@@ -53,9 +53,18 @@
 // namespace and a Go runtime), so where Landlock scopes signals (ABI 6
 // on) the init forks the next stage ahead after each start: a spare that
 // waits, in its own fresh user namespace, for its config and stdio fds
-// (SCM_RIGHTS on a socketpair), then runs the same path. What keeps a
-// running workload away from a waiting, unconfined spare, and why a
-// killed spare only costs a fresh start, is in spare_linux.go.
+// (SCM_RIGHTS on a socketpair), then runs the same path. Not after a
+// start marked last (boundary.Process.Last: moat run's workload, a tool
+// server), which nothing follows: the spare's start-up would only take
+// CPU from the workload. What keeps a running workload away from a
+// waiting, unconfined spare, and why a killed spare only costs a fresh
+// start, is in spare_linux.go.
+//
+// The init's reaper reports a stage's exit without waiting for a stage
+// being forked meanwhile (the spare forked after each start holds the
+// fork lock through its fork and exec): only children that are not
+// registered, which a stage in mid-fork would be, are reaped under that
+// lock (init_linux.go, reap).
 //
 // # Landlock
 //

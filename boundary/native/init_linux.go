@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -144,7 +145,8 @@ func InitMain(args []string) int {
 		fds, egressPort = append(fds, efd), eport
 		cfg.Landlock.EgressPort = eport
 	}
-	in := &initState{cfg: &cfg, ctl: ctl, exeFD: exeFD, exe: os.NewFile(uintptr(exeFD), "moat"), procs: map[int]*initProc{}}
+	in := &initState{cfg: &cfg, ctl: ctl, exeFD: exeFD, exe: os.NewFile(uintptr(exeFD), "moat"), procs: map[int]*initProc{},
+		forked: make(chan struct{}, 1)}
 	for _, fd := range ruleFDs {
 		in.rules = append(in.rules, os.NewFile(uintptr(fd), "grant"))
 	}
@@ -210,8 +212,13 @@ type initState struct {
 	// them from stageRuleFD on as its Landlock rules' descriptors.
 	rules []*os.File
 
-	mu    sync.Mutex // held while starting a stage and while reaping
-	procs map[int]*initProc
+	// mu is held while a stage is forked and registered, and while a
+	// child that is not registered is reaped (reap); forked wakes the
+	// reaper when a fork released it (forkDone).
+	mu      sync.Mutex
+	forked  chan struct{}
+	procsMu sync.Mutex // guards procs
+	procs   map[int]*initProc
 
 	spareMu sync.Mutex // held while forking or taking the spare
 	spare   *spare     // the next start's stage, forked ahead (spare_linux.go)
@@ -224,10 +231,13 @@ type initProc struct {
 
 // start starts one stage for a "start" request; files are its stdio.
 // It takes the spare stage when there is a live one (spare_linux.go), else
-// forks a fresh stage; then it asks for the next spare in the background.
+// forks a fresh stage; then, unless the request is the last (m.Last), it
+// asks for the next spare in the background.
 func (in *initState) start(m ctlMsg, files []*os.File) {
 	defer initkit.CloseFiles(files)
-	defer in.refill()
+	if !m.Last {
+		defer in.refill()
+	}
 	fail := func(code int, err error) {
 		in.ctl.Send(ctlMsg{Op: "failed", ID: m.ID, Code: code, Err: err.Error()})
 	}
@@ -315,7 +325,7 @@ func (in *initState) forkStage(files []*os.File, args []string, tty bool) (*stag
 	in.mu.Lock()
 	p, err := os.StartProcess("/proc/self/fd/"+strconv.Itoa(in.exeFD), argv, attr)
 	if err != nil {
-		in.mu.Unlock()
+		in.forkDone()
 		return nil, fmt.Errorf("starting the stage: %w", err)
 	}
 	// Every process this start makes lives in the stage's user namespace
@@ -334,9 +344,11 @@ func (in *initState) forkStage(files []*os.File, args []string, tty bool) (*stag
 		// Asked while mu still keeps the stage unreaped.
 		endedEarly = stageEnded(st.pidfd)
 	}
+	in.procsMu.Lock()
 	in.procs[p.Pid] = st.ip
+	in.procsMu.Unlock()
 	p.Release()
-	in.mu.Unlock()
+	in.forkDone()
 	if st.nsIno == 0 && !endedEarly {
 		// Fail closed: without the namespace's identity, what this
 		// process leaves running could not be found. (A stage that had
@@ -398,24 +410,115 @@ func parseReport(b []byte) *stageReport {
 }
 
 // reap collects every child, including orphans that reparent to pid 1.
+//
+// The registered children (stages) that have ended are reaped first,
+// without mu: a start that forks meanwhile (the spare forked after each
+// start holds mu through its fork and exec, a Go start-up) does not hold
+// back the report of a workload's exit, as it did when every reap took
+// mu. Everything else is reaped under mu: a stage being forked is
+// registered under mu before mu is released, so it is never reaped
+// unregistered (its exit would be lost, and its pid free for reuse while
+// forkStage still reads its namespace).
 func (in *initState) reap(sigs <-chan os.Signal) {
-	for range sigs {
-		in.mu.Lock()
-		for {
-			var ws unix.WaitStatus
-			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
-			if err == unix.EINTR {
-				continue
-			}
-			if err != nil || pid <= 0 {
-				break
-			}
-			if ip, ok := in.procs[pid]; ok {
-				delete(in.procs, pid)
-				ip.exit <- exitCode(ws)
-			}
+	for {
+		select {
+		case <-sigs:
+		case <-in.forked:
 		}
-		in.mu.Unlock()
+		in.reapRegistered()
+		// mu busy: a stage is being forked; forkDone sends on in.forked
+		// once it is registered, and the rest is reaped then.
+		if in.mu.TryLock() {
+			in.reapAll()
+			in.mu.Unlock()
+		}
+	}
+}
+
+// forkDone releases mu, taken for a stage's fork, and has the reaper
+// collect what ended while it was held.
+func (in *initState) forkDone() {
+	in.mu.Unlock()
+	select {
+	case in.forked <- struct{}{}:
+	default: // one is pending already
+	}
+}
+
+// reapRegistered reaps the registered children that have ended.
+func (in *initState) reapRegistered() {
+	in.procsMu.Lock()
+	pids := make([]int, 0, len(in.procs))
+	for pid := range in.procs {
+		pids = append(pids, pid)
+	}
+	in.procsMu.Unlock()
+	for _, pid := range pids {
+		// Seen ended without being reaped, then taken out of procs, then
+		// reaped: its pid cannot be reused (and registered again) before
+		// its entry is gone.
+		var info unix.Siginfo
+		if err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil || siginfoPID(&info) == 0 {
+			continue
+		}
+		in.procsMu.Lock()
+		ip := in.procs[pid]
+		delete(in.procs, pid)
+		in.procsMu.Unlock()
+		code := reapPID(pid)
+		if ip != nil {
+			ip.exit <- code
+		}
+	}
+}
+
+// reapAll reaps every child that has ended; mu is held.
+func (in *initState) reapAll() {
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || pid <= 0 {
+			return
+		}
+		in.procsMu.Lock()
+		ip, ok := in.procs[pid]
+		delete(in.procs, pid)
+		in.procsMu.Unlock()
+		if ok {
+			ip.exit <- exitCode(ws)
+		}
+	}
+}
+
+// sigchld is siginfo_t as waitid fills it for a child: the union that
+// holds the pid follows the three ints, aligned as a pointer.
+type sigchld struct {
+	signo, errno, code int32
+	_                  [unsafe.Sizeof(uintptr(0)) - 4]byte
+	pid                int32
+}
+
+// siginfoPID is the pid that waitid put in info (0 when, with WNOHANG,
+// no child had ended: the kernel zeroes info then).
+func siginfoPID(info *unix.Siginfo) int {
+	return int((*sigchld)(unsafe.Pointer(info)).pid)
+}
+
+// reapPID reaps pid, a child that has ended, and returns its exit code.
+func reapPID(pid int) int {
+	for {
+		var ws unix.WaitStatus
+		_, err := unix.Wait4(pid, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return boundary.ExitRefused
+		}
+		return exitCode(ws)
 	}
 }
 

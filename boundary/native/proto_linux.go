@@ -26,6 +26,9 @@ type ctlMsg struct {
 	Dir    string   `json:"dir,omitempty"`
 	Helper bool     `json:"helper,omitempty"`
 	TTY    bool     `json:"tty,omitempty"`
+	// start: no start follows this one (boundary.Process.Last), so the
+	// init forks no spare stage after it.
+	Last bool `json:"last,omitempty"`
 	// started: the pid inside the sandbox (pidfd attached).
 	PID int `json:"pid,omitempty"`
 	// failed, exited: exit code; failed, error: message.

@@ -211,7 +211,7 @@ func (sb *sandbox) start(ctx context.Context, p boundary.Process, helper bool) (
 	if env == nil {
 		env = []string{}
 	}
-	err = sb.ctl.Send(ctlMsg{Op: "start", ID: id, Argv: p.Argv, Env: env, Dir: p.Dir, Helper: helper, TTY: p.TTY != nil}, stdio.FDs()...)
+	err = sb.ctl.Send(ctlMsg{Op: "start", ID: id, Argv: p.Argv, Env: env, Dir: p.Dir, Helper: helper, TTY: p.TTY != nil, Last: p.Last}, stdio.FDs()...)
 	stdio.CloseChild()
 	if err != nil {
 		sb.mu.Lock()

@@ -14,8 +14,8 @@ import (
 //
 // Most of a start's time is the stage's own start-up: a fork into a new
 // user namespace and a Go runtime coming up in the moat binary. So once
-// the init is ready, and after each start, it forks the next stage ahead
-// of time, the spare (the first one comes up while the host finishes the
+// the init is ready, and after each start but a last one (ctlMsg.Last),
+// it forks the next stage ahead of time, the spare (the first one comes up while the host finishes the
 // sandbox, so that the measurement's helper starts on a spare too): it
 // comes up in its own fresh user namespace and waits, unconfined but
 // running nothing but moat's own code, on a SOCK_SEQPACKET socketpair
@@ -125,9 +125,9 @@ func (in *initState) startSpare(sc *stageConfig, files []*os.File) (*stageProc, 
 		go func() { <-sp.st.ip.exit }()
 		return nil, nil, nil
 	}
-	in.mu.Lock()
+	in.procsMu.Lock()
 	alive := in.procs[sp.st.pid] == sp.st.ip
-	in.mu.Unlock()
+	in.procsMu.Unlock()
 	if !alive {
 		return drop()
 	}

@@ -208,3 +208,38 @@ func TestSpareStageWithoutSeccomp(t *testing.T) {
 		}
 	}
 }
+
+// TestLastStartForksNoSpare: a start marked Last (moat run's workload, a
+// tool server) takes the spare and has none forked after it; an ordinary
+// start in the same sandbox is followed by one (the control), and a start
+// after a Last one still works, on a fresh stage.
+func TestLastStartForksNoSpare(t *testing.T) {
+	f := newFixture(t)
+	testenv.Need(t, LandlockABI() >= minSpareABI, "Landlock ABI below 6 scopes no signals: the init forks no spare")
+	sb := f.prepare(t)
+	if code, out := f.run(t, sb, "exit", "0"); code != 0 {
+		t.Fatalf("first start: exit %d: %s", code, out)
+	}
+	host, _ := spareOf(t, sb.HostPID()) // the control: one after an ordinary start
+	p, err := sb.Start(context.Background(), boundary.Process{Argv: []string{f.bin, actionHelper, "exit", "4"}, Env: []string{}, Last: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.HostPID() != host {
+		t.Errorf("the last start ran as host pid %d, want the spare's %d", p.HostPID(), host)
+	}
+	if code, _ := p.Wait(); code != 4 {
+		t.Errorf("exit code of the last start: got %d, want 4", code)
+	}
+	// A spare is forked at once after an ordinary start (spareOf above
+	// found it); after the last start, none comes.
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if h, _, ok := findSpare(sb.HostPID()); ok {
+			t.Fatalf("a spare stage (host pid %d) was forked after the last start", h)
+		}
+	}
+	if code, out := f.run(t, sb, "exit", "5"); code != 5 {
+		t.Fatalf("a start after the last one: exit %d: %s", code, out)
+	}
+	spareOf(t, sb.HostPID())
+}
