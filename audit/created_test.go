@@ -68,4 +68,10 @@ func TestFirstSyncWaitsForCreate(t *testing.T) {
 			w.Close()
 		})
 	}
+	// Close of a journal with no line says so too.
+	syncCreated = func(kf *os.File, dir string) error { orig(kf, dir); return errors.New("injected: EIO") }
+	w, _ := newTestWriter(t)
+	if err := w.Close(); !errors.Is(err, ErrPoisoned) {
+		t.Errorf("Close of an empty journal whose key could not be synced: %v, want %v", err, ErrPoisoned)
+	}
 }

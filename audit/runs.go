@@ -124,8 +124,10 @@ func isRunDir(dir string) bool {
 // VerifyFiles verifies the journal at journalPath against the public key
 // at keyPath and the pinned keyid pin ("" for none); pinned says whether
 // the key was checked against a pin. A run directory whose journal was
-// never created (a kill between writing the key and creating the journal)
-// is Incomplete with no records; a key that cannot be read, or whose
+// never created (a kill between writing the key and creating the journal),
+// or whose journal is empty and key missing or empty (a crash before the
+// first record was durable, which makes the key durable too), is
+// Incomplete with no records; a key that cannot be read, or whose
 // fingerprint is not the pin, is Invalid.
 func VerifyFiles(journalPath, keyPath, pin string) (res Result, pinned bool) {
 	invalid := func(kind error, format string, a ...any) Result {
@@ -160,6 +162,16 @@ func VerifyFiles(journalPath, keyPath, pin string) (res Result, pinned bool) {
 			return res, false
 		}
 	}
+	if kerr != nil && (errors.Is(kerr, fs.ErrNotExist) || len(pemBytes) == 0) && emptyJournal(journalPath) {
+		// Create makes the key durable with the run's first record, not
+		// before it creates the journal: a crash before that record leaves
+		// an empty journal whose key may be missing or empty. Nothing was
+		// recorded, so nothing is lost; a journal with any byte in it
+		// still needs its key.
+		res.Status, res.Err = Incomplete, ErrEmpty
+		res.Reason = fmt.Sprintf("an empty journal and no public key in the run directory %s (the run was killed, or its machine went down, before its first record was durable); no records", filepath.Dir(journalPath))
+		return res, false
+	}
 	if kerr != nil {
 		return invalid(ErrWrongKey, "reading the public key %s: %v", keyPath, kerr), false
 	}
@@ -172,6 +184,15 @@ func VerifyFiles(journalPath, keyPath, pin string) (res Result, pinned bool) {
 
 // neverCreated reports whether path is a run directory's journal.jsonl
 // that does not exist, in a directory that does.
+// emptyJournal reports whether path is a journal file of zero bytes.
+func emptyJournal(path string) bool {
+	if filepath.Base(path) != JournalFile {
+		return false
+	}
+	fi, err := os.Lstat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Size() == 0
+}
+
 func neverCreated(path string) bool {
 	if filepath.Base(path) != JournalFile {
 		return false

@@ -107,4 +107,31 @@ func TestVerifyFiles(t *testing.T) {
 	if res, _ := VerifyFiles(filepath.Join(keyOnly, JournalFile), filepath.Join(keyOnly, PublicKeyFile), ""); res.Status != Incomplete || res.Records != 0 {
 		t.Fatalf("never-created journal: got %v %d", res.Status, res.Records)
 	}
+	// A crash before the first record was durable: an empty journal, the
+	// key missing or empty (Create syncs it with that record).
+	for _, key := range []string{"missing", "empty", "garbage"} {
+		d := filepath.Join(aud, "crash-"+key)
+		os.Mkdir(d, 0o700)
+		os.WriteFile(filepath.Join(d, JournalFile), nil, 0o600)
+		switch key {
+		case "empty":
+			os.WriteFile(filepath.Join(d, PublicKeyFile), nil, 0o644)
+		case "garbage":
+			os.WriteFile(filepath.Join(d, PublicKeyFile), []byte("not a key"), 0o644)
+		}
+		res, _ := VerifyFiles(filepath.Join(d, JournalFile), filepath.Join(d, PublicKeyFile), "")
+		want := Incomplete
+		if key == "garbage" { // bytes that are no key: not a crash's trace
+			want = Invalid
+		}
+		if res.Status != want || res.Records != 0 {
+			t.Errorf("empty journal, key %s: got %v %q, want %v", key, res.Status, res.Reason, want)
+		}
+	}
+	// The control: a journal with a line in it needs its key.
+	noKey := copyRun(t, aud, "n", j, j.raw)
+	os.Remove(filepath.Join(noKey, PublicKeyFile))
+	if res, _ := VerifyFiles(filepath.Join(noKey, JournalFile), filepath.Join(noKey, PublicKeyFile), ""); res.Status != Invalid {
+		t.Errorf("a journal with records and no key: got %v %q, want invalid", res.Status, res.Reason)
+	}
 }

@@ -101,6 +101,9 @@ func checkSyncBeforeAck(evs []syscallEvent, lines []string) error {
 	if len(writes) != len(lines) {
 		return fmt.Errorf("%d journal writes in the trace, want %d", len(writes), len(lines))
 	}
+	if err := checkCreatedBeforeAck(evs, acks); err != nil {
+		return err
+	}
 	if len(acks) != len(lines) {
 		return fmt.Errorf("%d ACKs in the trace, want %d", len(acks), len(lines))
 	}
@@ -124,6 +127,51 @@ func checkSyncBeforeAck(evs []syscallEvent, lines []string) error {
 	return nil
 }
 
+// checkCreatedBeforeAck checks that pubkey.pem and the run directory were
+// fsynced (Create leaves both to the background) before the first ACK.
+func checkCreatedBeforeAck(evs []syscallEvent, acks map[string]syscallEvent) error {
+	first := -1
+	for _, a := range acks {
+		if first < 0 || a.start < first {
+			first = a.start
+		}
+	}
+	pathOf := func(args string) string {
+		if i := strings.IndexByte(args, '"'); i >= 0 {
+			if j := strings.IndexByte(args[i+1:], '"'); j >= 0 {
+				return args[i+1 : i+1+j]
+			}
+		}
+		return ""
+	}
+	var run string
+	for _, ev := range evs {
+		if p := pathOf(ev.args); ev.name == "openat" && filepath.Base(p) == JournalFile {
+			run = filepath.Dir(p)
+		}
+	}
+	for _, want := range []string{filepath.Join(run, PublicKeyFile), run} {
+		fd, opened, synced := "", 0, false
+		onFD := func(ev syscallEvent) bool {
+			return fd != "" && ev.start > opened && (strings.HasPrefix(ev.args, fd+")") || strings.HasPrefix(ev.args, fd+" <unfinished"))
+		}
+		for _, ev := range evs {
+			switch {
+			case ev.name == "openat" && pathOf(ev.args) == want && ev.ret != "" && ev.ret[0] != '-':
+				fd, opened = ev.ret, ev.end
+			case ev.name == "close" && onFD(ev):
+				fd = "" // the number may serve another file next
+			case ev.name == "fsync" && onFD(ev) && ev.ret == "0" && ev.end < first:
+				synced = true
+			}
+		}
+		if !synced {
+			return fmt.Errorf("no fsync of %s (fd %q) returned before the first ACK (log line %d)", want, fd, first)
+		}
+	}
+	return nil
+}
+
 // TestSyncBeforeAppendReturns traces a writer subprocess's system calls and
 // shows that each line is fsynced before its Append returns; a writer with
 // its fsync disabled, traced the same way, is caught.
@@ -141,7 +189,7 @@ func TestSyncBeforeAppendReturns(t *testing.T) {
 		t.Run(c.role, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "run")
 			logPath := filepath.Join(t.TempDir(), "strace.log")
-			cmd := exec.Command(strace, "-f", "-qq", "-s", "80", "-e", "trace=openat,write,fsync,fdatasync", "-o", logPath, exe, helperName(c.role), dir, "16")
+			cmd := exec.Command(strace, "-f", "-qq", "-s", "80", "-e", "trace=openat,write,fsync,fdatasync,close", "-o", logPath, exe, helperName(c.role), dir, "16")
 			if out, err := cmd.CombinedOutput(); err != nil {
 				testenv.Need(t, !strings.Contains(string(out), "PTRACE"), "strace cannot trace here: "+string(out))
 				t.Fatalf("traced writer: %v: %s", err, out)

@@ -400,6 +400,12 @@ func (w *Writer) Close() error {
 	w.closed = true
 	cerr := w.createdDurable() // also: nothing of Create runs after Close
 	var serr error
+	if w.err == nil && cerr != nil {
+		// No line to make durable, or they would have waited for it: the
+		// run's key and directory are not durable, which Close says.
+		w.err = fmt.Errorf("%w: %w", ErrPoisoned, cerr)
+		serr = w.err
+	}
 	if w.err == nil && w.synced < w.written {
 		if serr = errors.Join(cerr, w.f.Sync()); serr != nil {
 			w.err = fmt.Errorf("%w: fsync failed: %w", ErrPoisoned, serr)

@@ -62,9 +62,9 @@
 //
 // The init's reaper reports a stage's exit without waiting for a stage
 // being forked meanwhile (the spare forked after each start holds the
-// fork lock through its fork and exec): only children that are not
-// registered, which a stage in mid-fork would be, are reaped under that
-// lock (init_linux.go, reap).
+// fork lock through its fork and exec): children that are not
+// registered, which a stage in mid-fork would be, are reaped only under
+// that lock (init_linux.go, reap).
 //
 // # Landlock
 //

@@ -356,8 +356,10 @@ func (in *initState) forkStage(files []*os.File, args []string, tty bool) (*stag
 		// config, e.g. of the terminal's ^C while the run starts: it
 		// started nothing, so there is nothing to find, and its end is
 		// reported as any process's, 128+n for a signal.)
-		unix.Kill(st.pid, unix.SIGKILL)
+		// Through the pidfd: mu is released, so the pid alone could be
+		// reaped and reused by now.
 		if st.pidfd >= 0 {
+			unix.PidfdSendSignal(st.pidfd, unix.SIGKILL, nil, 0)
 			unix.Close(st.pidfd)
 		}
 		go func() { <-st.ip.exit }()
@@ -415,10 +417,11 @@ func parseReport(b []byte) *stageReport {
 // without mu: a start that forks meanwhile (the spare forked after each
 // start holds mu through its fork and exec, a Go start-up) does not hold
 // back the report of a workload's exit, as it did when every reap took
-// mu. Everything else is reaped under mu: a stage being forked is
-// registered under mu before mu is released, so it is never reaped
-// unregistered (its exit would be lost, and its pid free for reuse while
-// forkStage still reads its namespace).
+// mu. Then every child that has ended, registered or not (orphans), is
+// reaped under mu: a stage being forked is registered under mu before mu
+// is released, so it is never reaped unregistered (its exit would be
+// lost, and its pid free for reuse while forkStage still reads its
+// namespace).
 func (in *initState) reap(sigs <-chan os.Signal) {
 	for {
 		select {
