@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"sync"
 )
 
 // Reflection guard.
@@ -114,31 +115,85 @@ type scanner struct {
 	data    []byte // the current event's joined data
 	hasData bool
 
-	walk jsonWalk   // walkJSON's buffers (scanjson.go)
-	slab []textView // views not yet used (newView)
+	walk  jsonWalk              // walkJSON's buffers (scanjson.go)
+	slabs []*[viewSlab]textView // the views (newView)
+	views int                   // views handed out from slabs
 }
 
 // newScanner watches one response for the credential p recognises (the
 // provider's pattern, built once: newPattern).
 func newScanner(p *pattern) *scanner {
-	s := &scanner{p: p, streams: map[uint64]*textView{}}
-	s.raw, s.all = s.newView(), s.newView()
+	s := &scanner{}
+	s.reset(p)
 	return s
+}
+
+// reset makes s what newScanner(p) makes, keeping the storage of its
+// buffers, stream map and views. Every view handed out again is reset
+// (textView.reset): nothing of an earlier response is left in them.
+func (s *scanner) reset(p *pattern) {
+	streams := s.streams
+	if streams == nil {
+		streams = map[uint64]*textView{}
+	}
+	clear(streams)
+	*s = scanner{p: p, streams: streams, line: s.line[:0], data: s.data[:0], walk: s.walk, slabs: s.slabs}
+	s.raw, s.all = s.newView(), s.newView()
 }
 
 // viewSlab is how many text views a scanner allocates at once: an answer
 // has two streams per distinct JSON path, and a few dozen paths.
 const viewSlab = 16
 
-// newView is newTextView from the scanner's slab.
+// newView is newTextView from the scanner's slabs.
 func (s *scanner) newView() *textView {
-	if len(s.slab) == 0 {
-		s.slab = make([]textView, viewSlab)
+	k := s.views / viewSlab
+	if k == len(s.slabs) {
+		s.slabs = append(s.slabs, new([viewSlab]textView))
 	}
-	v := &s.slab[0]
-	s.slab = s.slab[1:]
+	v := &s.slabs[k][s.views%viewSlab]
+	s.views++
 	v.reset(s.p)
 	return v
+}
+
+// scanners keeps the scanners of finished scanBody calls, for their
+// storage. One that grew large (many streams, a long event) is dropped.
+var scanners = sync.Pool{New: func() any { return new(scanner) }}
+
+const (
+	maxPooledSlabs      = 8
+	maxPooledScanBuffer = 64 << 10
+)
+
+func getScanner(p *pattern) *scanner {
+	s := scanners.Get().(*scanner)
+	s.reset(p)
+	return s
+}
+
+// putScanner returns s to the pool, holding no slice of the response it
+// scanned (the walk's results point into it).
+func putScanner(s *scanner) {
+	w := &s.walk
+	keep := len(s.slabs) <= maxPooledSlabs && len(s.streams) <= maxPooledSlabs*viewSlab &&
+		cap(w.buf) <= maxPooledScanBuffer && cap(s.line) <= maxPooledScanBuffer && cap(s.data) <= maxPooledScanBuffer &&
+		cap(w.strs) <= maxPooledScanBuffer/64
+	s.release()
+	if keep {
+		scanners.Put(s)
+	}
+}
+
+// release drops what s holds of the response it scanned.
+func (s *scanner) release() {
+	w := &s.walk
+	clear(w.strs[:cap(w.strs)])
+	clear(w.objs[:cap(w.objs)])
+	clear(w.stack[:cap(w.stack)])
+	w.strs, w.objs, w.stack = w.strs[:0], w.objs[:0], w.stack[:0]
+	clear(s.streams)
+	s.raw, s.all, s.p = nil, nil, nil
 }
 
 // Write feeds p and reports whether the credential has been seen so far.
@@ -261,7 +316,13 @@ func (s *scanner) feedHashed(h uint64, text []byte, all bool) {
 // scanBody scans a complete (content-decoded) body: bytes, SSE events and
 // the body as JSON.
 func scanBody(p *pattern, data []byte) (bool, error) {
-	s := newScanner(p)
+	s := getScanner(p)
+	defer putScanner(s)
+	return s.scanAll(data)
+}
+
+// scanAll is scanBody on s, a fresh or reset scanner.
+func (s *scanner) scanAll(data []byte) (bool, error) {
 	s.Write(data)
 	s.Close()
 	if !s.hit && s.err == nil {

@@ -108,34 +108,28 @@ func init() {
 	b64Digit['-'], b64Digit['_'] = 62, 63
 }
 
-// radixDec decodes runs of digits of width bits each, starting skip digits
-// into the run. Any other byte ends the run.
-type radixDec struct {
-	skip, pos uint8
-	bits      uint8
-	acc       uint16
+// Hex and base64 runs. A run of digits is decoded at every alignment:
+// hex from its first and from its second digit, base64 from each of its
+// first four. Each decoded byte is made of two neighbouring digits only
+// (hex: prev<<4|d; base64: the three ways 6-bit digits straddle a byte,
+// by the digit's place in its group of four), so a view keeps the run's
+// length and its last digit, and each alignment its own match state:
+// a hex digit after the first completes one byte (for the alignment the
+// run's length picks) and a base64 digit after the first completes one
+// byte for each of up to three alignments. Any other byte ends the run
+// and resets every alignment's match.
+
+// radixRun is the run of digits of one alphabet seen last.
+type radixRun struct {
+	n    uint64 // digits in the run
+	prev byte   // the last digit's value
 }
 
-// feed consumes digit value d (or -1) and returns a decoded byte, if one
-// is complete, and whether the run was broken.
-func (r *radixDec) feed(d int8, width uint8) (out byte, ok, broken bool) {
-	if d < 0 {
-		r.pos, r.bits, r.acc = 0, 0, 0
-		return 0, false, true
-	}
-	if r.pos < r.skip {
-		r.pos++
-		return 0, false, false
-	}
-	r.acc = r.acc<<width | uint16(d)
-	r.bits += width
-	if r.bits >= 8 {
-		r.bits -= 8
-		out = byte(r.acc >> r.bits)
-		r.acc &= 1<<r.bits - 1
-		return out, true, false
-	}
-	return 0, false, false
+// next counts digit d and returns the run's length before it.
+func (r *radixRun) next(d byte) uint64 {
+	n := r.n
+	r.n, r.prev = n+1, d
+	return n
 }
 
 // pctDecoder undoes percent-encoding; malformed escapes pass as written.
@@ -245,10 +239,10 @@ type textView struct {
 	pctOn bool
 	pct   pctDecoder
 	mPct  uint16
-	hex   [2]radixDec
-	mHex  [2]uint16
-	b64   [4]radixDec
-	mB64  [4]uint16
+	hex   radixRun
+	mHex  [2]uint16 // by alignment: from the run's first, second digit
+	b64   radixRun
+	mB64  [4]uint16 // by alignment: from the run's first … fourth digit
 	un    unescaper
 	child *textView // the text with one more level of escapes undone
 }
@@ -262,12 +256,6 @@ func newTextView(p *pattern) *textView {
 // reset makes v a fresh view for p, as newTextView makes one.
 func (v *textView) reset(p *pattern) {
 	*v = textView{p: p}
-	for i := range v.hex {
-		v.hex[i].skip = uint8(i)
-	}
-	for i := range v.b64 {
-		v.b64[i].skip = uint8(i)
-	}
 }
 
 // write feeds every byte of b and reports whether the credential was seen.
@@ -309,22 +297,37 @@ func (v *textView) feed(c byte) bool {
 			hit = p.step(&v.mPct, o) || hit
 		}
 	}
-	hd := hexDigit[c]
-	for i := range v.hex {
-		o, ok, broken := v.hex[i].feed(hd, 4)
-		if broken {
-			v.mHex[i] = 0
-		} else if ok {
-			hit = p.step(&v.mHex[i], o) || hit
+	if d := hexDigit[c]; d < 0 {
+		if v.hex.n > 0 {
+			v.hex.n, v.mHex = 0, [2]uint16{}
+		}
+	} else {
+		// The alignment from the first digit completes a byte at the
+		// run's 2nd, 4th, … digit; the one from the second at its 3rd,
+		// 5th, ….
+		prev := v.hex.prev
+		if n := v.hex.next(byte(d)); n >= 1 {
+			hit = p.step(&v.mHex[(n+1)&1], prev<<4|byte(d)) || hit
 		}
 	}
-	bd := b64Digit[c]
-	for i := range v.b64 {
-		o, ok, broken := v.b64[i].feed(bd, 6)
-		if broken {
-			v.mB64[i] = 0
-		} else if ok {
-			hit = p.step(&v.mB64[i], o) || hit
+	if d := b64Digit[c]; d < 0 {
+		if v.b64.n > 0 {
+			v.b64.n, v.mB64 = 0, [4]uint16{}
+		}
+	} else {
+		// This is the run's digit k = n+1. The alignment that started at
+		// digit s+1 is at place k-s of its group: place 2 completes
+		// prev<<2|d>>4, place 3 (prev&15)<<4|d>>2, place 4 (prev&3)<<6|d.
+		db, prev := byte(d), v.b64.prev
+		n := v.b64.next(db)
+		if n >= 1 {
+			hit = p.step(&v.mB64[(n-1)&3], prev<<2|db>>4) || hit
+		}
+		if n >= 2 {
+			hit = p.step(&v.mB64[(n-2)&3], prev<<4|db>>2) || hit
+		}
+		if n >= 3 {
+			hit = p.step(&v.mB64[(n-3)&3], prev<<6|db) || hit
 		}
 	}
 	if v.child != nil {

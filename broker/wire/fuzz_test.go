@@ -123,7 +123,7 @@ func FuzzAdmitOpenAIResponses(f *testing.F)   { fuzzAdmit(f, APIOpenAIResponses)
 
 // benchBody returns a realistic agent request for api of about 8 KiB: the
 // good example, with its conversation repeated until the body is that size.
-func benchBody(b *testing.B, api string) []byte {
+func benchBody(b testing.TB, api string) []byte {
 	b.Helper()
 	raw, err := fs.ReadFile(examples, path.Join("testdata/examples", api, "good/agent_turn.json"))
 	if err != nil {

@@ -36,21 +36,16 @@ func valueEnd(b []byte, i int) (int, error) {
 	}
 	switch b[i] {
 	case '"':
-		for j := i + 1; j < len(b); j++ {
-			switch b[j] {
-			case '\\':
-				j++
-			case '"':
-				return j + 1, nil
-			}
-		}
-		return 0, errNotCanonical
+		return stringEnd(b, i)
 	case '{', '[':
 		depth := 0
 		for j := i; j < len(b); j++ {
+			if !structural[b[j]] {
+				continue
+			}
 			switch b[j] {
 			case '"':
-				e, err := valueEnd(b, j)
+				e, err := stringEnd(b, j)
 				if err != nil {
 					return 0, err
 				}
@@ -123,6 +118,14 @@ type rawWalker struct {
 	walker
 	mem []member // members of the objects being checked, innermost last
 	buf []byte   // scratch for decoded strings
+
+	// The containers of doc (the canonical body), by where they start:
+	// starts is sorted, and doc[starts[k]:ends[k]] is an object or an
+	// array (indexContainers). Without it, a container's end would be
+	// found by reading it to its end once for each container around it.
+	doc          []byte
+	starts, ends []int32
+	open         []int32 // indexContainers' stack
 }
 
 // members appends the members of object v to w.mem, in the order of
@@ -149,7 +152,7 @@ func (w *rawWalker) members(v []byte) (int, error) {
 				return base, errNotCanonical
 			}
 		}
-		ve, err := valueEnd(v, ne+1)
+		ve, err := w.valueEnd(v, ne+1)
 		if err != nil {
 			return base, err
 		}
@@ -267,7 +270,7 @@ func (n *node) validateKindRaw(p *rawWalker, v []byte) *Refusal {
 			if v[i] == ',' {
 				i++
 			}
-			e, err := valueEnd(v, i)
+			e, err := p.valueEnd(v, i)
 			if err != nil {
 				return internal(&p.walker, err)
 			}
@@ -285,56 +288,27 @@ func (n *node) validateKindRaw(p *rawWalker, v []byte) *Refusal {
 			return wrongKindRaw(n, &p.walker, v)
 		}
 		base, err := p.members(v)
-		defer func() { p.mem = p.mem[:base] }()
+		var r *Refusal
 		if err != nil {
-			return internal(&p.walker, err)
+			r = internal(&p.walker, err)
+		} else {
+			r = n.validateMembers(p, base, "")
 		}
-		return n.validateMembers(p, base, "")
+		p.mem = p.mem[:base]
+		return r
 	case kTagged:
 		if k != "object" {
 			return wrongKindRaw(n, &p.walker, v)
 		}
 		base, err := p.members(v)
-		defer func() { p.mem = p.mem[:base] }()
+		var r *Refusal
 		if err != nil {
-			return internal(&p.walker, err)
-		}
-		var sub *node
-		tag := n.tagDefault
-		if m := p.find(base, n.tagKey); m != nil {
-			if rawKind(m.value) != "string" {
-				return refuse(ReasonInvalidValue, p.fieldString(n.tagKey), "must be a string, got %s", rawKind(m.value))
-			}
-			s, err := p.text(m.value)
-			if err != nil {
-				return internal(&p.walker, err)
-			}
-			var ok bool
-			if sub, ok = n.tags[string(s)]; !ok {
-				tag = string(s)
-			}
-		} else if tag == "" {
-			return refuse(ReasonMissingField, p.fieldString(n.tagKey), "required field is missing (allowed: %s)", strings.Join(n.tagNames(), ", "))
+			r = internal(&p.walker, err)
 		} else {
-			sub = n.tags[tag]
+			r = n.validateTaggedRaw(p, v, base)
 		}
-		if sub == nil {
-			if n.tagDeny != nil {
-				if d := n.tagDeny(tag); d != nil {
-					return d.at(p.fieldString(n.tagKey))
-				}
-			}
-			return refuse(ReasonUnknownType, p.fieldString(n.tagKey), "%s is not a %s moat forwards (allowed: %s); use one of those", Quote(tag), n.tagKey, strings.Join(n.tagNames(), ", "))
-		}
-		if r := sub.validateMembers(p, base, n.tagKey); r != nil {
-			return r
-		}
-		if sub.check != nil {
-			if d := sub.check(v); d != nil {
-				return d.at(p.String())
-			}
-		}
-		return nil
+		p.mem = p.mem[:base]
+		return r
 	case kOneOf:
 		for _, a := range n.alts {
 			if a.accepts(k) {
@@ -344,6 +318,48 @@ func (n *node) validateKindRaw(p *rawWalker, v []byte) *Refusal {
 		return wrongKindRaw(n, &p.walker, v)
 	}
 	return refuse(ReasonInternal, p.String(), "BUG: invalid schema node")
+}
+
+// validateTaggedRaw checks the object v, whose members are p.mem[base:],
+// against the tagged node n: the tag picks the node its members are
+// checked against.
+func (n *node) validateTaggedRaw(p *rawWalker, v []byte, base int) *Refusal {
+	var sub *node
+	tag := n.tagDefault
+	if m := p.find(base, n.tagKey); m != nil {
+		if rawKind(m.value) != "string" {
+			return refuse(ReasonInvalidValue, p.fieldString(n.tagKey), "must be a string, got %s", rawKind(m.value))
+		}
+		s, err := p.text(m.value)
+		if err != nil {
+			return internal(&p.walker, err)
+		}
+		var ok bool
+		if sub, ok = n.tags[string(s)]; !ok {
+			tag = string(s)
+		}
+	} else if tag == "" {
+		return refuse(ReasonMissingField, p.fieldString(n.tagKey), "required field is missing (allowed: %s)", strings.Join(n.tagNames(), ", "))
+	} else {
+		sub = n.tags[tag]
+	}
+	if sub == nil {
+		if n.tagDeny != nil {
+			if d := n.tagDeny(tag); d != nil {
+				return d.at(p.fieldString(n.tagKey))
+			}
+		}
+		return refuse(ReasonUnknownType, p.fieldString(n.tagKey), "%s is not a %s moat forwards (allowed: %s); use one of those", Quote(tag), n.tagKey, strings.Join(n.tagNames(), ", "))
+	}
+	if r := sub.validateMembers(p, base, n.tagKey); r != nil {
+		return r
+	}
+	if sub.check != nil {
+		if d := sub.check(v); d != nil {
+			return d.at(p.String())
+		}
+	}
+	return nil
 }
 
 // isInt64 reports whether the number v is an integer written without
@@ -397,7 +413,9 @@ func admitCanonical(ep *endpoint, canon []byte, lim Limits) (*Request, *Refusal)
 	if k := rawKind(canon); k != "object" {
 		return nil, refuse(ReasonInvalidJSON, "", "the request body must be a JSON object, got %s", k)
 	}
-	w := &rawWalker{walker: walker{segs: make([]seg, 0, 16)}, mem: make([]member, 0, 16)}
+	w := getWalker()
+	defer putWalker(w)
+	w.indexContainers(canon)
 	if r := ep.schema.validateRaw(w, canon); r != nil {
 		return nil, r
 	}
