@@ -192,6 +192,11 @@ func (s *scanner) release() {
 	clear(w.objs[:cap(w.objs)])
 	clear(w.stack[:cap(w.stack)])
 	w.strs, w.objs, w.stack = w.strs[:0], w.objs[:0], w.stack[:0]
+	// No byte of this response stays in the pool.
+	clear(w.buf[:cap(w.buf)])
+	clear(s.line[:cap(s.line)])
+	clear(s.data[:cap(s.data)])
+	w.buf, s.line, s.data = w.buf[:0], s.line[:0], s.data[:0]
 	clear(s.streams)
 	s.raw, s.all, s.p = nil, nil, nil
 }

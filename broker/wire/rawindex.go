@@ -80,6 +80,7 @@ const maxPooledMembers = 4096
 func putWalker(w *rawWalker) {
 	clear(w.segs[:cap(w.segs)])
 	clear(w.mem[:cap(w.mem)])
+	clear(w.buf[:cap(w.buf)]) // no byte of this body stays in the pool
 	w.segs, w.mem, w.buf, w.doc = w.segs[:0], w.mem[:0], w.buf[:0], nil
 	if cap(w.mem) <= maxPooledMembers && cap(w.buf) <= 1<<20 && cap(w.starts) <= 1<<20 {
 		walkers.Put(w)

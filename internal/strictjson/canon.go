@@ -57,6 +57,9 @@ func canon(b []byte) ([]byte, bool) {
 	out := s.out
 	s.src, s.out = nil, nil
 	clear(s.mem[:cap(s.mem)]) // names that are slices of b
+	// No byte of this document stays in the pool.
+	clear(s.names[:cap(s.names)])
+	clear(s.tmp[:cap(s.tmp)])
 	s.mem, s.names, s.tmp = s.mem[:0], s.names[:0], s.tmp[:0]
 	if cap(s.names) <= canonPoolMaxBytes && cap(s.tmp) <= canonPoolMaxBytes && cap(s.mem) <= canonPoolMaxBytes/64 {
 		canonStates.Put(s)
