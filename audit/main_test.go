@@ -14,8 +14,8 @@ import (
 	"github.com/moat-sandbox/moat/confirmation"
 )
 
-// The test binary re-runs itself as a writer subprocess (role "writer" or
-// "writer-nosync", arguments DIR RECORDS) or as the fault scenario (role
+// The test binary re-runs itself as a writer subprocess (role "writer",
+// "writer-nosync" or "writer-nokeysync", arguments DIR RECORDS) or as the fault scenario (role
 // "fault", argument DIR); helperName is a role's helper.
 func helperName(role string) string { return reexec.Prefix + "test-audit-" + role }
 
@@ -23,6 +23,12 @@ func TestMain(m *testing.M) {
 	reexectest.Main(m,
 		reexec.Helper{Name: helperName("writer"), Main: func(args []string) int { return helperWriter(false, args) }},
 		reexec.Helper{Name: helperName("writer-nosync"), Main: func(args []string) int { return helperWriter(true, args) }},
+		reexec.Helper{Name: helperName("writer-nokeysync"), Main: func(args []string) int {
+			// The journal synced, its key and directory never: the strace
+			// test's negative control for checkCreatedBeforeAck.
+			syncCreated = func(kf *os.File, dir string) error { return kf.Close() }
+			return helperWriter(false, args)
+		}},
 		reexec.Helper{Name: helperName("fault"), Main: helperFault})
 }
 

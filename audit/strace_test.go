@@ -173,8 +173,10 @@ func checkCreatedBeforeAck(evs []syscallEvent, acks map[string]syscallEvent) err
 }
 
 // TestSyncBeforeAppendReturns traces a writer subprocess's system calls and
-// shows that each line is fsynced before its Append returns; a writer with
-// its fsync disabled, traced the same way, is caught.
+// shows that each line is fsynced before its Append returns, and the key
+// and run directory before the first; a writer with its fsync disabled,
+// and one that never syncs its key and directory, traced the same way,
+// are caught.
 func TestSyncBeforeAppendReturns(t *testing.T) {
 	strace, err := exec.LookPath("strace")
 	testenv.Need(t, err == nil, "strace not found in PATH")
@@ -185,7 +187,8 @@ func TestSyncBeforeAppendReturns(t *testing.T) {
 	for _, c := range []struct {
 		role   string
 		wantOK bool
-	}{{"writer", true}, {"writer-nosync", false}} {
+		want   string // what the checker names for a writer it must catch
+	}{{"writer", true, ""}, {"writer-nosync", false, "no fsync of fd"}, {"writer-nokeysync", false, PublicKeyFile + " (fd"}} {
 		t.Run(c.role, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "run")
 			logPath := filepath.Join(t.TempDir(), "strace.log")
@@ -216,8 +219,8 @@ func TestSyncBeforeAppendReturns(t *testing.T) {
 			if c.wantOK && err != nil {
 				t.Fatalf("fsync ordering: %v", err)
 			}
-			if !c.wantOK && err == nil {
-				t.Fatal("the checker did not catch a writer that never fsyncs")
+			if !c.wantOK && (err == nil || !strings.Contains(err.Error(), c.want)) {
+				t.Fatalf("the checker did not catch %s: %v, want an error naming %q", c.role, err, c.want)
 			}
 			t.Logf("%s: %v", c.role, err)
 		})

@@ -407,7 +407,7 @@ func (w *Writer) Close() error {
 		serr = w.err
 	}
 	if w.err == nil && w.synced < w.written {
-		if serr = errors.Join(cerr, w.f.Sync()); serr != nil {
+		if serr = w.f.Sync(); serr != nil {
 			w.err = fmt.Errorf("%w: fsync failed: %w", ErrPoisoned, serr)
 			serr = w.err
 		} else {

@@ -464,15 +464,21 @@ func (in *initState) reapRegistered() {
 		if err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil || siginfoPID(&info) == 0 {
 			continue
 		}
-		in.procsMu.Lock()
-		ip := in.procs[pid]
-		delete(in.procs, pid)
-		in.procsMu.Unlock()
+		ip := in.take(pid)
 		code := reapPID(pid)
 		if ip != nil {
 			ip.exit <- code
 		}
 	}
+}
+
+// take removes pid's registration and returns it (nil: not registered).
+func (in *initState) take(pid int) *initProc {
+	in.procsMu.Lock()
+	defer in.procsMu.Unlock()
+	ip := in.procs[pid]
+	delete(in.procs, pid)
+	return ip
 }
 
 // reapAll reaps every child that has ended; mu is held.
@@ -486,11 +492,7 @@ func (in *initState) reapAll() {
 		if err != nil || pid <= 0 {
 			return
 		}
-		in.procsMu.Lock()
-		ip, ok := in.procs[pid]
-		delete(in.procs, pid)
-		in.procsMu.Unlock()
-		if ok {
+		if ip := in.take(pid); ip != nil {
 			ip.exit <- exitCode(ws)
 		}
 	}
