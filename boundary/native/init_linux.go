@@ -124,6 +124,23 @@ func InitMain(args []string) int {
 	if err := capCounters(); err != nil {
 		return fail(fmt.Errorf("init: %w", err))
 	}
+	in := &initState{cfg: &cfg, ctl: ctl, exeFD: exeFD, exe: os.NewFile(uintptr(exeFD), "moat"), procs: map[int]*initProc{},
+		forked: make(chan struct{}, 1)}
+	for _, fd := range ruleFDs {
+		in.rules = append(in.rules, os.NewFile(uintptr(fd), "grant"))
+	}
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, unix.SIGCHLD)
+	go in.reap(sigs)
+	// The first start's stage is forked as soon as the root it needs is
+	// built, while the init finishes the sandbox (hostname, loopback,
+	// listeners) and the host its side (the measurement's preparation):
+	// the measurement's helper then starts on a spare, as every later
+	// process does, and that stage's start-up is off the path. The spare
+	// shares the init's network and UTS namespaces, so what follows
+	// applies to it too, and it inherits none of the listeners (they do
+	// not exist yet; a stage gets only the fds forkStage gives it).
+	in.refill()
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return fail(fmt.Errorf("init: sethostname: %w", err))
 	}
@@ -145,25 +162,12 @@ func InitMain(args []string) int {
 		fds, egressPort = append(fds, efd), eport
 		cfg.Landlock.EgressPort = eport
 	}
-	in := &initState{cfg: &cfg, ctl: ctl, exeFD: exeFD, exe: os.NewFile(uintptr(exeFD), "moat"), procs: map[int]*initProc{},
-		forked: make(chan struct{}, 1)}
-	for _, fd := range ruleFDs {
-		in.rules = append(in.rules, os.NewFile(uintptr(fd), "grant"))
-	}
-	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, unix.SIGCHLD)
-	go in.reap(sigs)
 	if err := ctl.Send(ctlMsg{Op: "ready", Port: port, EgressPort: egressPort}, fds...); err != nil {
 		return boundary.ExitRefused
 	}
 	for _, fd := range fds {
 		unix.Close(fd)
 	}
-	// The first start's stage is forked now, while the host finishes its
-	// side of the sandbox (listeners, the measurement's preparation): the
-	// measurement's helper then starts on a spare, as every later process
-	// does, and its stage's start-up is off the path.
-	in.refill()
 	for {
 		if err := ctl.ArmHeartbeat(cfg.SupervisorTimeout); err != nil {
 			return boundary.ExitRefused

@@ -14,9 +14,10 @@ import (
 //
 // Most of a start's time is the stage's own start-up: a fork into a new
 // user namespace and a Go runtime coming up in the moat binary. So once
-// the init is ready, and after each start but a last one (ctlMsg.Last),
-// it forks the next stage ahead of time, the spare (the first one comes up while the host finishes the
-// sandbox, so that the measurement's helper starts on a spare too): it
+// the sandbox's root is built, and after each start but a last one
+// (ctlMsg.Last), the init forks the next stage ahead of time, the spare
+// (the first one comes up while the init and the host finish the sandbox,
+// so that the measurement's helper starts on a spare too): it
 // comes up in its own fresh user namespace and waits, unconfined but
 // running nothing but moat's own code, on a SOCK_SEQPACKET socketpair
 // (its fd stageErrFD) for one message: its stageConfig, with the three
