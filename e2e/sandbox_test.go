@@ -82,6 +82,25 @@ func TestSandboxLifecycle(t *testing.T) {
 	if x := e.moat("sandbox", "exec", "life", "sh", "-c", "exit 4"); x.code != 4 {
 		t.Errorf("exec without --: got %d, want 4\n%s", x.code, x)
 	}
+	// A long command line (a script passed inline) reaches the sandbox
+	// whole: the supervisor's control socket is a stream, and one read of
+	// such a request returned only its first 36 KiB ("bad control
+	// request").
+	long := strings.Repeat("x", 40<<10)
+	if x := e.moat("sandbox", "exec", "life", "--", "sh", "-c", `echo ${#1} ${#2}`, "sh", long, long); x.code != 0 || x.stdout != "40960 40960\n" {
+		t.Errorf("exec with two 40 KiB arguments: got %q, want their lengths\n%s", x.stdout, x)
+	}
+	// Longer than a process may be given (the init's channel, 128 KiB),
+	// or than a request may be (1 MiB): refused, saying what to do.
+	for _, n := range []int{5, 26} {
+		args := []string{"sandbox", "exec", "life", "--", "true"}
+		for range n {
+			args = append(args, long)
+		}
+		if x := e.moat(args...); x.code != 125 || !strings.Contains(x.stderr, "put long input in a file in the workspace") {
+			t.Errorf("exec with %d KiB of arguments: got %d, want 125 and the limit explained\n%s", n*40, x.code, x)
+		}
+	}
 	// Exit codes as moat run's: 127 not found, 126 not executable.
 	if x := e.moat("sandbox", "exec", "life", "/no/such/command"); x.code != 127 {
 		t.Errorf("exec of a missing command: got %d, want 127\n%s", x.code, x)

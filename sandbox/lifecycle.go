@@ -419,6 +419,11 @@ func control(dir string, req controlRequest, files []*os.File, onLine func([]byt
 	defer c.Close()
 	b, _ := json.Marshal(req)
 	b = append(b, '\n')
+	if len(b) > maxControlMsg {
+		// The supervisor would stop reading and refuse it; said here
+		// before anything is sent.
+		return &RefusedError{Msg: errControlTooLarge.Error()}
+	}
 	var oob []byte
 	if len(files) > 0 {
 		fds := make([]int, len(files))
@@ -427,7 +432,7 @@ func control(dir string, req controlRequest, files []*os.File, onLine func([]byt
 		}
 		oob = syscall.UnixRights(fds...)
 	}
-	if _, _, err := c.WriteMsgUnix(b, oob, nil); err != nil {
+	if err := writeControl(c, b, oob); err != nil {
 		return fmt.Errorf("control request: %w", err)
 	}
 	sc := bufio.NewScanner(c)
@@ -441,6 +446,18 @@ func control(dir string, req controlRequest, files []*os.File, onLine func([]byt
 		return err
 	}
 	return nil
+}
+
+// writeControl sends one control request b with the descriptors in oob.
+// One sendmsg on a stream socket may take only part of a long request
+// (a long argv): the descriptors go with its first bytes, the rest
+// follows.
+func writeControl(c *net.UnixConn, b, oob []byte) error {
+	n, _, err := c.WriteMsgUnix(b, oob, nil)
+	if err == nil && n < len(b) {
+		_, err = c.Write(b[n:])
+	}
+	return err
 }
 
 // loadPolicyFile is policy.Load, kept here so that the supervisor and the

@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -227,10 +229,18 @@ func (sv *supervisor) handle(ctx context.Context, c *net.UnixConn) {
 			c.Close()
 		}
 	}()
-	buf := make([]byte, maxControlMsg)
 	oob := make([]byte, syscall.CmsgSpace(3*4))
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	msg, oobn, err := readControl(c, oob)
+	if oobn > 0 && err != nil {
+		// Descriptors sent with a request that is not read whole are
+		// closed, not kept.
+		closeRights(oob[:oobn])
+	}
+	if errors.Is(err, errControlTooLarge) {
+		reply(c, execReply{Error: err.Error()})
+		return
+	}
 	if err != nil {
 		return
 	}
@@ -253,14 +263,14 @@ func (sv *supervisor) handle(ctx context.Context, c *net.UnixConn) {
 		}
 	}()
 	var req controlRequest
-	if err := json.Unmarshal(buf[:n], &req); err != nil {
+	if err := json.Unmarshal(msg, &req); err != nil {
 		reply(c, execReply{Error: "bad control request: " + err.Error()})
 		return
 	}
 	switch req.Op {
 	case broker.ApprovalOpList, broker.ApprovalOpShow, broker.ApprovalOpApprove, broker.ApprovalOpDeny:
 		ident, _ := peerIdent(c) // serve checked the peer (sameUser)
-		writeReply(c, approvalDo(sv.sess.brk.Approvals(), bytes.TrimSuffix(buf[:n], []byte("\n")), ident))
+		writeReply(c, approvalDo(sv.sess.brk.Approvals(), bytes.TrimSuffix(msg, []byte("\n")), ident))
 	case opReloadLockfiles:
 		ident, _ := peerIdent(c) // serve checked the peer (sameUser)
 		reply(c, sv.sess.reloadDo(ident))
@@ -327,6 +337,63 @@ func (sv *supervisor) handle(ctx context.Context, c *net.UnixConn) {
 		}
 	default:
 		reply(c, execReply{Error: fmt.Sprintf("unknown control op %q", req.Op)})
+	}
+}
+
+// controlBufs holds the read buffers of control requests: one request
+// may be up to maxControlMsg bytes, and a fresh buffer of that size for
+// each (every sandbox exec is one) cost its zeroing and, every few
+// requests, a garbage collection in the supervisor.
+var controlBufs = sync.Pool{New: func() any { return new([maxControlMsg]byte) }}
+
+// errControlTooLarge is a request of maxControlMsg bytes or more.
+var errControlTooLarge = fmt.Errorf("the command line is longer than the %d bytes a sandbox exec request may have: put long input in a file in the workspace, or pass it on stdin", maxControlMsg-1)
+
+// readControl reads one control request, a JSON line, and returns a copy
+// of it without its pooled buffer, which goes back cleared. The socket is
+// a stream: a request longer than what one read returns (tens of KiB, a
+// long argv) comes in several, so it reads to the newline. The client's
+// descriptors come with the request's first bytes, into oob; any sent
+// later are discarded by the kernel (no control buffer for them).
+func readControl(c *net.UnixConn, oob []byte) (msg []byte, oobn int, err error) {
+	buf := controlBufs.Get().(*[maxControlMsg]byte)
+	defer controlBufs.Put(buf)
+	n := 0
+	defer func() { clear(buf[:n]) }()
+	for {
+		var k int
+		if n == 0 {
+			k, oobn, _, _, err = c.ReadMsgUnix(buf[:], oob)
+		} else {
+			k, _, _, _, err = c.ReadMsgUnix(buf[n:], nil)
+		}
+		if i := bytes.IndexByte(buf[n:n+k], '\n'); i >= 0 {
+			return bytes.Clone(buf[:n+i+1]), oobn, nil
+		}
+		n += k
+		switch {
+		case err != nil:
+			return nil, oobn, err
+		case k == 0:
+			return nil, oobn, io.ErrUnexpectedEOF
+		case n == len(buf):
+			return nil, oobn, errControlTooLarge
+		}
+	}
+}
+
+// closeRights closes the descriptors of the SCM_RIGHTS messages in oob.
+func closeRights(oob []byte) {
+	msgs, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil {
+		return
+	}
+	for _, m := range msgs {
+		if fds, err := syscall.ParseUnixRights(&m); err == nil {
+			for _, fd := range fds {
+				syscall.Close(fd)
+			}
+		}
 	}
 }
 

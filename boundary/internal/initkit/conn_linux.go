@@ -89,7 +89,7 @@ func (c *Conn) Send(m any, fds ...int) error {
 		return fmt.Errorf("BUG: control message: %w", err)
 	}
 	if len(b) > MaxMessage {
-		return fmt.Errorf("control message of %d bytes exceeds the limit of %d (argv or env too large)", len(b), MaxMessage)
+		return fmt.Errorf("control message of %d bytes exceeds the limit of %d (argv or env too large: put long input in a file in the workspace, or pass it on stdin)", len(b), MaxMessage)
 	}
 	if len(fds) > MaxFDs {
 		return fmt.Errorf("BUG: control message with %d fds, more than %d", len(fds), MaxFDs)
