@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"sync"
 	"testing"
+	"time"
 )
 
 // AppendAsync writes the line in its place before it returns, and its wait
@@ -75,5 +77,77 @@ func TestAppendAsync(t *testing.T) {
 	}
 	if _, _, err := w.AppendAsync(nil); err == nil {
 		t.Error("AppendAsync(nil) accepted")
+	}
+}
+
+// Group commit: a line that a finished fsync covered is durable, and its
+// wait returns at once even while another fsync is in flight (a
+// completion record's wait, most often, with the next request's
+// pre-effect fsync under way); the control, a line written while that
+// fsync is in flight, is not reported durable until an fsync that began
+// after it ends.
+func TestCoveredLineWaitsForNoSync(t *testing.T) {
+	w, _ := newTestWriter(t)
+	for _, r := range []Record{runStarted(w), BoundaryConfirmed{Ready: true}} {
+		if _, err := w.Append(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, waitA, err := w.AppendAsync(benchRecord())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := waitA(); err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	w.beforeSync = func() {
+		once.Do(func() { close(entered) })
+		<-release
+	}
+	_, waitB, err := w.AppendAsync(benchRecord())
+	if err != nil {
+		t.Fatal(err)
+	}
+	doneB := make(chan error, 1)
+	go func() { doneB <- waitB() }()
+	<-entered // B's fsync is in flight, and held there
+
+	doneA := make(chan error, 1)
+	go func() { doneA <- waitA() }()
+	select {
+	case err := <-doneA:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		close(release)
+		t.Fatal("the wait of a line already durable blocked behind an fsync in flight")
+	}
+
+	_, waitC, err := w.AppendAsync(benchRecord())
+	if err != nil {
+		t.Fatal(err)
+	}
+	doneC := make(chan error, 1)
+	go func() { doneC <- waitC() }()
+	select {
+	case err := <-doneC:
+		close(release)
+		t.Fatalf("a line written during an fsync in flight was reported durable before any fsync after it (%v)", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	if err := <-doneB; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-doneC; err != nil {
+		t.Fatal(err)
+	}
+	w.syncMu.Lock()
+	defer w.syncMu.Unlock()
+	if w.synced != w.written {
+		t.Errorf("%d of %d lines durable after every wait returned", w.synced, w.written)
 	}
 }

@@ -523,7 +523,9 @@
 // Writer.Append returns a line only after write(2) and fsync(2) of it have
 // returned. Concurrent appenders are totally ordered by one mutex held while
 // the line is built, signed and written; they then share fsyncs (group
-// commit): one caller's fsync covers every line written before it. After any
+// commit): one caller's fsync covers every line written before it, and
+// runs without the lock that waiting callers take, so a caller whose line
+// an earlier fsync covered returns at once. After any
 // write or fsync error the writer is poisoned and refuses everything, since
 // after a failed fsync Linux may report a later fsync as successful without
 // the data being on disk. Create writes pubkey.pem and the empty journal and
