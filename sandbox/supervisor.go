@@ -35,6 +35,7 @@ func SupervisorMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "moat: supervisor: usage: NAME POLICY BACKEND STATEDIR AUDITDIR LEDGERDIR PARENT MAXTOKENS")
 		return ExitRefused
 	}
+	audit.Prewarm() // the journal's key is made in a moment
 	name, policyPath, backend, storeDir, auditDir := args[0], args[1], args[2], args[3], args[4]
 	ledgerDir, parent, maxTokens := args[5], args[6], args[7]
 	report := os.NewFile(3, "report")

@@ -54,6 +54,7 @@ it is not found.`,
   moat run --audit-dir /var/tmp/moat-runs -o json -- /bin/true`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			audit.Prewarm() // the journal's key is made in a moment
 			if err := checkBackend(backend); err != nil {
 				return err
 			}
