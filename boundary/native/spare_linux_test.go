@@ -243,3 +243,13 @@ func TestLastStartForksNoSpare(t *testing.T) {
 	}
 	spareOf(t, sb.HostPID())
 }
+
+// The spare's warm-up decodes a config that the real decoder accepts
+// (every field of every type it holds), so that what it sets up is what
+// the start's decode uses; a field added to stageConfig that the sample
+// gets wrong fails here.
+func TestWarmConfigDecode(t *testing.T) {
+	if err := warmConfigDecode(); err != nil {
+		t.Fatal(err)
+	}
+}

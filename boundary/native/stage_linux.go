@@ -107,6 +107,7 @@ func awaitConfig(cfg *stageConfig) error {
 		return err
 	}
 	spareConn = c
+	warmConfigDecode() // an error here is the real decode's to report
 	files, err := c.Recv(cfg)
 	if err != nil {
 		return err
@@ -128,6 +129,20 @@ func awaitConfig(cfg *stageConfig) error {
 		}
 	}
 	return nil
+}
+
+// warmConfigDecode decodes a stageConfig of every field's kind once, so
+// that the JSON decoder's set-up for its types (about 0.13 ms in a fresh
+// process, the first decode of a type builds its decoder) happens while
+// the spare waits rather than after its start arrives.
+func warmConfigDecode() error {
+	b, err := json.Marshal(stageConfig{Argv: []string{"x"}, Env: []string{"x"}, Dir: "/", Helper: true, TTY: true,
+		Landlock: llRuleset{Rules: []llRule{{Path: "/"}}, HelperRules: []llRule{{Path: "/"}}}, OpenFiles: 1, Seccomp: true})
+	if err != nil {
+		return err
+	}
+	var cfg stageConfig
+	return initkit.Decode(b, &cfg)
 }
 
 func execCode(err error) int {
