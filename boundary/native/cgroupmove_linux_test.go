@@ -118,3 +118,56 @@ func TestRootInitDiedBeforeReady(t *testing.T) {
 		t.Fatalf("Prepare with its init killed: %v after %v, want the init's end reported before the deadline", err, time.Since(t0).Round(time.Millisecond))
 	}
 }
+
+// Where the init is moved into its cgroups after its start (cgroup v2;
+// testNotBorn takes that path here), its first spare is forked only once
+// the move is done: a spare forked before it stayed in moat's own cgroups,
+// and the first process started on it ran outside the memory and pids
+// limits (found by an attacker review; held back by 50 ms, the move came
+// after the spare's fork every time). The control: the init born in its
+// cgroups (cgroup v1's way) has its spare in them as well.
+func TestFirstSpareInCgroups(t *testing.T) {
+	testenv.NeedRoot(t)
+	testenv.Need(t, LandlockABI() >= minSpareABI, "spares need Landlock ABI 6")
+	for _, moved := range []bool{true, false} {
+		t.Run(fmt.Sprintf("moved=%v", moved), func(t *testing.T) {
+			f := newFixture(t)
+			testNotBorn = moved
+			testBeforeCgroupAdd = func() { time.Sleep(50 * time.Millisecond) }
+			t.Cleanup(func() { testBeforeCgroupAdd, testNotBorn = nil, false })
+			sb := f.prepare(t)
+			l := sb.Limits()
+			testenv.Need(t, l.Memory || l.Pids, "no memory or pids cgroup here: "+l.Detail)
+			name := "/moat-" + sanitize("test-"+fmt.Sprint(os.Getpid()))
+			initCg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", sb.HostPID()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(initCg), name) {
+				t.Fatalf("control: the init is in none of the run's cgroups (%s):\n%s", name, initCg)
+			}
+			host, _ := spareOf(t, sb.HostPID())
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", host))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Every hierarchy that has the init in the run's cgroup has
+			// the spare in the same one.
+			paths := func(b []byte) map[string]string {
+				m := map[string]string{}
+				for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+					if f := strings.SplitN(line, ":", 3); len(f) == 3 {
+						m[f[0]+":"+f[1]] = f[2]
+					}
+				}
+				return m
+			}
+			spare := paths(b)
+			for hier, p := range paths(initCg) {
+				if strings.Contains(p, name) && spare[hier] != p {
+					t.Errorf("the first spare (host pid %d) is in %q of hierarchy %s, the init in %q", host, spare[hier], hier, p)
+				}
+			}
+		})
+	}
+}

@@ -63,6 +63,11 @@ type initConfig struct {
 	// SupervisorTimeout: the workload is killed when no message (the
 	// supervisor beats, see initkit.Heartbeats) came for this long.
 	SupervisorTimeout time.Duration `json:"supervisor_timeout"`
+	// SpareWhenMoved: the host moves the init into the sandbox's cgroups
+	// after the init started (cgroup v2; on v1 it is born in them), and
+	// says so with a "moved" message; the first spare is forked only
+	// then, so that no stage is born outside the sandbox's limits.
+	SpareWhenMoved bool `json:"spare_when_moved,omitempty"`
 }
 
 // InitMain is pid 1 of the sandbox.
@@ -139,8 +144,13 @@ func InitMain(args []string) int {
 	// process does, and that stage's start-up is off the path. The spare
 	// shares the init's network and UTS namespaces, so what follows
 	// applies to it too, and it inherits none of the listeners (they do
-	// not exist yet; a stage gets only the fds forkStage gives it).
-	in.refill()
+	// not exist yet; a stage gets only the fds forkStage gives it). Where
+	// the init is moved into its cgroups after its start, the first
+	// spare waits for the host's "moved" instead: forked before the
+	// move, it would stay in moat's own cgroups, outside the limits.
+	if !cfg.SpareWhenMoved {
+		in.refill()
+	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return fail(fmt.Errorf("init: sethostname: %w", err))
 	}
@@ -187,6 +197,13 @@ func InitMain(args []string) int {
 			initkit.CloseFiles(files)
 		case "start":
 			in.start(m, files)
+		case "moved":
+			// In the sandbox's cgroups now: so is every stage forked
+			// from here on.
+			initkit.CloseFiles(files)
+			if cfg.SpareWhenMoved {
+				in.refill()
+			}
 		default:
 			initkit.CloseFiles(files)
 			ctl.Send(ctlMsg{Op: "error", Err: fmt.Sprintf("BUG: unknown control op %q", m.Op)})

@@ -41,6 +41,10 @@ var testNoSeccomp bool
 // the init is moved into its cgroups.
 var testBeforeCgroupAdd func()
 
+// testNotBorn, set only by this package's tests, has the init moved into
+// its cgroups after its start (cgroup v2's way) on a cgroup v1 host too.
+var testNotBorn bool
+
 // testAfterInitStart, set only by this package's tests, runs with the
 // init's host pid once it is started.
 var testAfterInitStart func(pid int)
@@ -235,7 +239,7 @@ func (sb *sandbox) startInit(ctx context.Context, cfg *initConfig, hostUID, host
 	// moves itself into them for the fork and back after it (see
 	// enterThread: no RCU grace period, which a move of the init would
 	// wait for).
-	born := sb.cg != nil && sb.cg.threadEntry()
+	born := sb.cg != nil && sb.cg.threadEntry() && !testNotBorn
 	start := func() error {
 		if born {
 			if testBeforeCgroupAdd != nil {
@@ -282,9 +286,11 @@ func (sb *sandbox) startInit(ctx context.Context, cfg *initConfig, hostUID, host
 	go func() { cmd.Wait(); close(sb.initDone) }()
 	// Elsewhere (cgroup v2), moving a process into a cgroup takes the
 	// kernel's threadgroup lock for writing. The init is moved while it
-	// builds the sandbox's root: it starts no process before it is told
-	// to, after Prepare, and Prepare returns only once the move is done
-	// (every return below waits for it).
+	// builds the sandbox's root: it forks its first spare only when told
+	// that the move is done ("moved", initConfig.SpareWhenMoved) and
+	// starts no other process before it is asked to, after Prepare;
+	// Prepare returns only once the move is done (every return below
+	// waits for it).
 	added := make(chan error, 1)
 	if sb.cg != nil && !born {
 		pid := cmd.Process.Pid
@@ -297,9 +303,16 @@ func (sb *sandbox) startInit(ctx context.Context, cfg *initConfig, hostUID, host
 	} else {
 		added <- nil
 	}
+	cfg.SpareWhenMoved = sb.cg != nil && !born
 	defer func() {
 		if aerr := <-added; aerr != nil && err == nil {
 			err = fmt.Errorf("native: cgroup: %w", aerr)
+		}
+		if err == nil && cfg.SpareWhenMoved {
+			// The init forks its first spare now (initConfig).
+			if serr := sb.ctl.Send(ctlMsg{Op: "moved"}); serr != nil {
+				err = fmt.Errorf("native: telling the init it is in its cgroups: %w", serr)
+			}
 		}
 	}()
 	if cfg.OpenFiles > 0 {
