@@ -106,8 +106,8 @@ func Create(dir, runID string) (*Writer, error) {
 }
 
 // Prewarm starts, in the background, the set-up that the first Ed25519
-// key of a process pays once: crypto/ed25519's precomputed tables and
-// its self-test, about 0.9 ms of CPU on this project's test machines,
+// key of a process pays once: crypto/ed25519's precomputed tables of the
+// base point, about 0.9 ms of CPU on this project's test machines,
 // against 15 us for each key after it. A caller that will Create a
 // journal soon calls it as early as it can (moat run, before it reads the
 // policy), so that this runs on another core meanwhile; Create is the
@@ -394,7 +394,6 @@ func (w *Writer) syncTo(ticket uint64) error {
 		return nil
 	}
 	w.syncMu.Lock()
-	defer w.syncMu.Unlock()
 	// While an fsync is in flight it may or may not cover this line: wait
 	// for it to end, then either it did, or the first waiter to wake
 	// makes the next one, covering every line written by then.
@@ -402,6 +401,7 @@ func (w *Writer) syncTo(ticket uint64) error {
 		w.syncDone.Wait()
 	}
 	if w.synced >= ticket {
+		w.syncMu.Unlock()
 		return nil
 	}
 	w.syncing = true
@@ -414,6 +414,7 @@ func (w *Writer) syncTo(ticket uint64) error {
 		err = errors.Join(w.createdDurable(), w.sync(f))
 	}
 	w.syncMu.Lock()
+	defer w.syncMu.Unlock()
 	w.syncing = false
 	w.syncDone.Broadcast()
 	if err != nil {

@@ -128,3 +128,34 @@ func TestReadControlIncomplete(t *testing.T) {
 		t.Fatal("closeRights left the descriptor open")
 	}
 }
+
+// The pooled buffer goes back with no byte of the request in it (a
+// request's argv and env may hold a token). It did not: the bytes of the
+// read that held the newline were left (found by an attacker review).
+func TestReadControlClearsBuffer(t *testing.T) {
+	var back *[maxControlMsg]byte
+	putControlBuf = func(b *[maxControlMsg]byte) { back = b }
+	t.Cleanup(func() { putControlBuf = func(b *[maxControlMsg]byte) { controlBufs.Put(b) } })
+	for _, req := range [][]byte{
+		[]byte(`{"op":"exec","argv":["sh","-c","TOKEN=hunter2-secret"]}` + "\n"),
+		append(append([]byte(`{"op":"exec","argv":["hunter2-secret","`), bytes.Repeat([]byte("x"), 200<<10)...), []byte(`"]}`+"\n")...),
+	} {
+		srv, cli := unixPair(t)
+		go writeControl(cli, req, nil)
+		msg, _, err := readControl(srv, nil)
+		if err != nil || !bytes.Equal(msg, req) {
+			t.Fatalf("read %d bytes, %v; want the %d sent", len(msg), err, len(req))
+		}
+		if back == nil {
+			t.Fatal("the buffer did not go back to the pool")
+		}
+		if i := bytes.Index(back[:], []byte("hunter2-secret")); i >= 0 {
+			t.Fatalf("the pooled buffer still holds the request (at byte %d) after a %d-byte request", i, len(req))
+		}
+		// The control: the check finds the token in what was returned.
+		if !bytes.Contains(msg, []byte("hunter2-secret")) {
+			t.Fatal("control: the request read has no token")
+		}
+		back = nil
+	}
+}

@@ -351,16 +351,19 @@ var controlBufs = sync.Pool{New: func() any { return new([maxControlMsg]byte) }}
 var errControlTooLarge = fmt.Errorf("the command line is longer than the %d bytes a sandbox exec request may have: put long input in a file in the workspace, or pass it on stdin", maxControlMsg-1)
 
 // readControl reads one control request, a JSON line, and returns a copy
-// of it without its pooled buffer, which goes back cleared. The socket is
-// a stream: a request longer than what one read returns (tens of KiB, a
-// long argv) comes in several, so it reads to the newline. The client's
-// descriptors come with the request's first bytes, into oob; any sent
-// later are discarded by the kernel (no control buffer for them).
+// of it without its pooled buffer, which goes back cleared of every byte
+// read into it. The socket is a stream: a request longer than what one
+// read returns (tens of KiB, a long argv) comes in several, so it reads
+// to the newline. The client's descriptors come with the request's first
+// bytes, into oob; any sent later are discarded by the kernel (no control
+// buffer for them).
 func readControl(c *net.UnixConn, oob []byte) (msg []byte, oobn int, err error) {
 	buf := controlBufs.Get().(*[maxControlMsg]byte)
-	defer controlBufs.Put(buf)
-	n := 0
-	defer func() { clear(buf[:n]) }()
+	n := 0 // bytes read into buf
+	defer func() {
+		clear(buf[:n])
+		putControlBuf(buf)
+	}()
 	for {
 		var k int
 		if n == 0 {
@@ -368,10 +371,11 @@ func readControl(c *net.UnixConn, oob []byte) (msg []byte, oobn int, err error) 
 		} else {
 			k, _, _, _, err = c.ReadMsgUnix(buf[n:], nil)
 		}
-		if i := bytes.IndexByte(buf[n:n+k], '\n'); i >= 0 {
-			return bytes.Clone(buf[:n+i+1]), oobn, nil
-		}
+		from := n
 		n += k
+		if i := bytes.IndexByte(buf[from:n], '\n'); i >= 0 {
+			return bytes.Clone(buf[:from+i+1]), oobn, nil
+		}
 		switch {
 		case err != nil:
 			return nil, oobn, err
@@ -382,6 +386,10 @@ func readControl(c *net.UnixConn, oob []byte) (msg []byte, oobn int, err error) 
 		}
 	}
 }
+
+// putControlBuf returns a cleared buffer to controlBufs; a variable for
+// this package's tests.
+var putControlBuf = func(b *[maxControlMsg]byte) { controlBufs.Put(b) }
 
 // closeRights closes the descriptors of the SCM_RIGHTS messages in oob.
 func closeRights(oob []byte) {
