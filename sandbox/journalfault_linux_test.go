@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,20 +47,7 @@ func (p heldProc) Signal(os.Signal) error { return nil }
 // pair, as `moat sandbox exec` does, and returns the two replies.
 func execThroughSupervisor(t *testing.T, sv *supervisor) (started, exited execReply, err error) {
 	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := func(fd int) *net.UnixConn {
-		f := os.NewFile(uintptr(fd), "control")
-		defer f.Close()
-		c, err := net.FileConn(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c.(*net.UnixConn)
-	}
-	client, server := conn(fds[0]), conn(fds[1])
+	server, client := unixPair(t)
 	defer client.Close()
 	go sv.handle(context.Background(), server)
 	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)

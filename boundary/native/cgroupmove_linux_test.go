@@ -60,16 +60,7 @@ func TestRootInitBornInCgroupsThreadsBack(t *testing.T) {
 	testenv.NeedRoot(t)
 	f := newFixture(t)
 	sb := f.prepare(t)
-	l := sb.Limits()
-	testenv.Need(t, l.Memory || l.Pids, "no memory or pids cgroup here: "+l.Detail)
-	name := "/moat-" + sanitize("test-"+fmt.Sprint(os.Getpid()))
-	initCg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", sb.HostPID()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(initCg), name) {
-		t.Fatalf("control: the init's cgroups do not name %s:\n%s", name, initCg)
-	}
+	name, _ := initInRunCgroups(t, sb)
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
 		t.Fatal(err)
@@ -136,16 +127,7 @@ func TestFirstSpareInCgroups(t *testing.T) {
 			testBeforeCgroupAdd = func() { time.Sleep(50 * time.Millisecond) }
 			t.Cleanup(func() { testBeforeCgroupAdd, testNotBorn = nil, false })
 			sb := f.prepare(t)
-			l := sb.Limits()
-			testenv.Need(t, l.Memory || l.Pids, "no memory or pids cgroup here: "+l.Detail)
-			name := "/moat-" + sanitize("test-"+fmt.Sprint(os.Getpid()))
-			initCg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", sb.HostPID()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !strings.Contains(string(initCg), name) {
-				t.Fatalf("control: the init is in none of the run's cgroups (%s):\n%s", name, initCg)
-			}
+			name, initCg := initInRunCgroups(t, sb)
 			host, _ := spareOf(t, sb.HostPID())
 			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", host))
 			if err != nil {
@@ -170,4 +152,22 @@ func TestFirstSpareInCgroups(t *testing.T) {
 			}
 		})
 	}
+}
+
+// initInRunCgroups skips where the sandbox has no memory or pids cgroup,
+// and checks (the tests' control) that its init is in the run's cgroups;
+// it returns their name and the init's /proc/PID/cgroup.
+func initInRunCgroups(t *testing.T, sb boundary.Sandbox) (name string, initCg []byte) {
+	t.Helper()
+	l := sb.Limits()
+	testenv.Need(t, l.Memory || l.Pids, "no memory or pids cgroup here: "+l.Detail)
+	name = "/moat-" + sanitize("test-"+fmt.Sprint(os.Getpid()))
+	initCg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", sb.HostPID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(initCg), name) {
+		t.Fatalf("control: the init's cgroups do not name %s:\n%s", name, initCg)
+	}
+	return name, initCg
 }
