@@ -117,7 +117,7 @@ func TestRootInitDiedBeforeReady(t *testing.T) {
 // limits (found by an attacker review; held back by 50 ms, the move came
 // after the spare's fork every time). The control: the init born in its
 // cgroups (cgroup v1's way) has its spare in them as well.
-func TestFirstSpareInCgroups(t *testing.T) {
+func TestRootFirstSpareInCgroups(t *testing.T) {
 	testenv.NeedRoot(t)
 	testenv.Need(t, LandlockABI() >= minSpareABI, "spares need Landlock ABI 6")
 	for _, moved := range []bool{true, false} {
