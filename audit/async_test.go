@@ -23,7 +23,7 @@ func TestAppendAsync(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.syncMu.Lock()
-	synced, nsync := w.synced, w.nsync
+	synced, nsync := w.durable.Load(), w.nsync
 	w.syncMu.Unlock()
 	if synced != 2 {
 		t.Fatalf("before wait: %d lines durable, want 2 (the line is written, not yet synced)", synced)
@@ -36,7 +36,7 @@ func TestAppendAsync(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.syncMu.Lock()
-	synced, after := w.synced, w.nsync
+	synced, after := w.durable.Load(), w.nsync
 	w.syncMu.Unlock()
 	if synced != 3 || after != nsync+1 {
 		t.Fatalf("after wait: %d lines durable after %d fsyncs, want 3 after %d", synced, after, nsync+1)
@@ -147,7 +147,7 @@ func TestCoveredLineWaitsForNoSync(t *testing.T) {
 	}
 	w.syncMu.Lock()
 	defer w.syncMu.Unlock()
-	if w.synced != w.written {
-		t.Errorf("%d of %d lines durable after every wait returned", w.synced, w.written)
+	if w.durable.Load() != w.written {
+		t.Errorf("%d of %d lines durable after every wait returned", w.durable.Load(), w.written)
 	}
 }

@@ -59,8 +59,8 @@ func TestCloseSyncsOnlyWhatIsNotDurable(t *testing.T) {
 		if err := w.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if w.synced != w.written || w.written != 2 {
-			t.Errorf("Close: synced %d of %d lines, want both durable", w.synced, w.written)
+		if w.durable.Load() != w.written || w.written != 2 {
+			t.Errorf("Close: synced %d of %d lines, want both durable", w.durable.Load(), w.written)
 		}
 	})
 }

@@ -51,8 +51,8 @@ func TestFirstSyncWaitsForCreate(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Append: %v", err)
 				}
-				if w.synced != 1 || doneAt.IsZero() {
-					t.Errorf("synced %d lines, key synced at %v", w.synced, doneAt)
+				if w.durable.Load() != 1 || doneAt.IsZero() {
+					t.Errorf("synced %d lines, key synced at %v", w.durable.Load(), doneAt)
 				}
 				if err := w.Close(); err != nil {
 					t.Errorf("Close: %v", err)

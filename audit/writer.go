@@ -50,9 +50,8 @@ type Writer struct {
 	// order: syncMu, then mu.
 	syncMu   sync.Mutex
 	syncDone *sync.Cond    // on syncMu: broadcast when an fsync ends
-	syncing  bool          // an fsync (syncTo's or Close's) is in flight
-	synced   uint64        // number of lines known to be durable
-	durable  atomic.Uint64 // synced, read without syncMu by syncTo
+	syncing  bool          // syncTo's fsync is in flight (Close fsyncs holding syncMu)
+	durable  atomic.Uint64 // number of lines known to be durable; set under syncMu, read without it
 	nsync    uint64        // number of fsyncs made by Append (for benchmarks)
 
 	// mu guards everything below; it is held while a line is built, signed
@@ -400,7 +399,7 @@ func (w *Writer) syncTo(ticket uint64) error {
 	for w.syncing {
 		w.syncDone.Wait()
 	}
-	if w.synced >= ticket {
+	if w.durable.Load() >= ticket {
 		w.syncMu.Unlock()
 		return nil
 	}
@@ -426,7 +425,6 @@ func (w *Writer) syncTo(ticket uint64) error {
 		w.mu.Unlock()
 		return err
 	}
-	w.synced = target
 	w.durable.Store(target)
 	w.nsync++
 	return nil
@@ -466,13 +464,12 @@ func (w *Writer) Close() error {
 		w.err = fmt.Errorf("%w: %w", ErrPoisoned, cerr)
 		serr = w.err
 	}
-	if w.err == nil && w.synced < w.written {
+	if w.err == nil && w.durable.Load() < w.written {
 		if serr = w.f.Sync(); serr != nil {
 			w.err = fmt.Errorf("%w: fsync failed: %w", ErrPoisoned, serr)
 			serr = w.err
 		} else {
-			w.synced = w.written
-			w.durable.Store(w.synced)
+			w.durable.Store(w.written)
 			w.nsync++
 		}
 	}
